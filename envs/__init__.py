@@ -1,0 +1,1 @@
+"""The environment suite: text environments registered with Gymnasium under the `gspo` namespace."""

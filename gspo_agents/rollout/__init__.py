@@ -1,0 +1,1 @@
+"""The rollout side: inference engines and the rollout manager. Never imports the learner."""

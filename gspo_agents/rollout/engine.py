@@ -1,0 +1,94 @@
+"""The engine protocol every inference backend implements (LocalEngine, SGLangEngine).
+
+Token in, token out: an engine continues a list of token ids and returns the sampled ids with the
+engine's own log-probs, log_softmax(logits / temperature) of each sampled token, before any top-k /
+top-p renormalisation (SGLang's semantics), plus the weight version that produced them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class EngineError(Exception):
+    """Base of engine failures (connection, timeout, server error). Retryable unless stated."""
+
+
+class EngineUnavailable(EngineError):
+    """No worker answered (refused connection, dead process, health check failing)."""
+
+
+class EngineTimeout(EngineError):
+    """A request or control call exceeded its deadline."""
+
+
+class EngineRequestError(EngineError):
+    """The engine rejected the request (HTTP 4xx): a bug or bad input, not retryable."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1 = full vocabulary
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0 for RL sampling (got {self.temperature}); "
+                "log-probs are log_softmax(logits / temperature)"
+            )
+
+    @property
+    def full_support(self) -> bool:
+        return self.top_p >= 1.0 and self.top_k in (-1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    token_ids: list[int]
+    logprobs: list[float]  # one per token in token_ids
+    finish_reason: FinishReason
+    weight_version: int
+    meta: dict = field(default_factory=dict)  # engine-specific extras (latency, cached tokens)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the rollout manager needs from an inference backend."""
+
+    @property
+    def weight_version(self) -> int: ...
+
+    async def generate(
+        self, input_ids: list[int], sampling: SamplingParams, request_id: str
+    ) -> Generation:
+        """Continue `input_ids`. An aborted request returns the tokens made so far with
+        finish_reason 'abort' (it does not raise)."""
+        ...
+
+    async def abort(self, request_id: str | None = None) -> None:
+        """Abort one request, or every in-flight request when request_id is None."""
+        ...
+
+    async def pause(self) -> None:
+        """Abort in-flight generations (they return 'abort') and hold new ones until resume()."""
+        ...
+
+    async def resume(self) -> None: ...
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Load HF-format weights from `path` and tag every later token with `version`."""
+        ...
+
+    async def health(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Sandboxed execution of untrusted generated code (placeholder; see sandbox helper)."""
