@@ -1,0 +1,153 @@
+"""Run configuration: one small schema per Hydra config group.
+
+The YAML files in `configs/` pick values; these dataclasses fix the keys and their types, so an
+unknown key or a value of the wrong type fails at load time with Hydra's message naming the key.
+Each component receives only its own group (`cfg.engine`, `cfg.trainer`, ...), never the whole run.
+
+Names carry units and scope (`max_new_tokens_per_turn`, `request_timeout_s`). The set of keys is
+snapshotted by a test, so growing the surface is a decision, not an accident.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+
+
+@dataclass
+class EnvConfig:
+    name: str = "arithmetic"  # short name (arithmetic, math, mathtool, codeforces) or a Gymnasium id
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
+    train_split: str = "train"
+    test_split: str = "test"
+    max_train_tasks: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"  # tiny | tiny-moe | hf
+    path: str | None = None  # an HF directory; required when name=hf
+    cache_dir: str = "~/.cache/gspo-agents/models"
+    dtype: str = "float32"
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "local"  # local | sglang
+    urls: list[str] = field(default_factory=list)  # sglang: worker URLs or one router URL
+    max_batch_size: int = 64  # local engine
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 600.0
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = "auto"  # auto | docker | bubblewrap | namespaces | unsafe-local
+    max_concurrency: int = 4
+    allow_unsafe_local: bool = False
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "gspo"  # gspo | gspo_token | grpo
+    eps_low: float | None = None  # None: the algorithm's default (GSPO 3e-4, GRPO 0.2)
+    eps_high: float | None = None  # None: the algorithm's default (GSPO 4e-4, GRPO 0.27)
+    filter_zero_spread_groups: bool = True
+
+
+@dataclass
+class RolloutConfig:
+    num_samples_per_task: int = 8
+    max_new_tokens_per_turn: int = 64
+    max_context_tokens: int = 512
+    max_turns: int | None = None
+    max_live_trajectories: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_staleness_steps: int = 1
+    trajectory_timeout_s: float = 600.0
+
+
+@dataclass
+class SFTConfig:
+    """Cold start: a short supervised stage on the env's reference answers, cached by content."""
+
+    enabled: bool = True
+    steps: int = 150
+    batch_size: int = 32
+    lr: float = 3e-3
+    max_examples: int = 2000
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 60
+    tasks_per_step: int = 8
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    num_minibatches: int = 4
+    micro_batch_tokens: int = 8192
+    nproc: int = 1
+    seed: int = 0
+    save_every_steps: int = 0  # 0: only at the end
+    resume: bool = False
+    run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+@dataclass
+class LoggerConfig:
+    wandb_mode: str = "offline"  # offline | online | disabled
+    wandb_project: str = "gspo-agents"
+    console_every_steps: int = 1
+
+
+@dataclass
+class RunConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+
+CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("model", "name"): ("tiny", "tiny-moe", "hf"),
+    ("engine", "kind"): ("local", "sglang"),
+    ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
+    ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
+    ("logger", "wandb_mode"): ("offline", "online", "disabled"),
+}
+
+
+def check_choices(cfg: Any) -> None:
+    """Reject an invalid choice with the valid ones and a 'did you mean'."""
+    for (group, key), valid in CHOICES.items():
+        value = cfg[group][key]
+        if value not in valid:
+            close = difflib.get_close_matches(str(value), valid, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"{group}.{key}={value!r} is not valid; choose one of {', '.join(valid)}.{hint}"
+            )
+    if cfg.model.name == "hf" and not cfg.model.path:
+        raise ValueError("model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)")
+    if cfg.engine.kind == "sglang" and not cfg.engine.urls:
+        raise ValueError("engine=sglang needs engine.urls=[http://host:port,...] (workers or a router)")
+
+
+def register_schemas() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)

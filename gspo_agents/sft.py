@@ -1,0 +1,144 @@
+"""Cold-start supervised fine-tuning on an environment's reference answers.
+
+The GSPO paper starts RL from a cold-start fine-tune; a randomly initialised tiny model would
+otherwise never produce a rewarded answer. This stage trains on (prompt, reference response) pairs
+from the env's training split, with the loss on response tokens only, and caches the result by a
+hash of everything that determines it, so a second run reuses it.
+
+Run it alone with `python -m gspo_agents.sft env=arithmetic`; `train` runs it automatically when
+`trainer.sft.enabled=true` and the model is one of the built-in tiny ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SFT_CACHE = "~/.cache/gspo-agents/sft"
+
+
+def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: int):
+    """(prompt ids, response ids) pairs; the response ends with the end-of-turn token."""
+    from gspo_agents.rollout.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    examples = []
+    for task in tasks[:max_examples]:
+        response = env.reference_response(task)
+        if response is None:
+            continue
+        messages, _ = env.reset(options={"task": task})
+        prompt = chat.prompt_ids(messages)
+        answer = tokenizer.encode(response, add_special_tokens=False) + [chat.end_of_turn_id]
+        examples.append((prompt, answer))
+    if not examples:
+        raise ValueError(
+            f"{type(env).__name__} gives no reference responses for cold-start SFT; "
+            "disable it with trainer.sft.enabled=false or start from a fine-tuned model.path"
+        )
+    return examples
+
+
+def _batch(examples, pad_id: int):
+    length = max(len(p) + len(a) for p, a in examples)
+    ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), length), -100, dtype=torch.long)
+    attention = torch.zeros((len(examples), length), dtype=torch.long)
+    for row, (prompt, answer) in enumerate(examples):
+        seq = prompt + answer
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(prompt) : len(seq)] = torch.tensor(answer)
+        attention[row, : len(seq)] = 1
+    return ids, labels, attention
+
+
+def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: int, log=print):
+    """Plain AdamW on the response tokens; returns the loss of the last step."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 - s / max(steps, 1))
+    pad_id = model.config.pad_token_id or 0
+    model.train()
+    loss_value = float("nan")
+    start = time.monotonic()
+    for step in range(1, steps + 1):
+        ids, labels, attention = _batch(rng.sample(examples, min(batch_size, len(examples))), pad_id)
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        loss_value = float(loss)
+        if step == 1 or step % 25 == 0 or step == steps:
+            log(f"sft step {step}/{steps} | loss {loss_value:.4f} | {time.monotonic() - start:.0f}s")
+    model.eval()
+    return loss_value
+
+
+def cache_key(model_dir: str, env_name: str, env_kwargs: dict, sft_cfg: dict, seed: int) -> str:
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(model_dir)):
+        if name.endswith((".json", ".safetensors", ".jinja", ".txt")):
+            h.update(name.encode())
+            h.update(Path(model_dir, name).read_bytes())
+    recipe = {"env": env_name, "kwargs": env_kwargs, "sft": sft_cfg, "seed": seed, "v": 1}
+    h.update(json.dumps(recipe, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def ensure_cold_start(
+    model_dir: str,
+    env,
+    env_name: str,
+    env_kwargs: dict,
+    sft_cfg: dict,
+    *,
+    train_split: str = "train",
+    seed: int = 0,
+    cache_root: str = SFT_CACHE,
+    log=lambda msg: print(msg, file=sys.stderr, flush=True),
+) -> str:
+    """Return the directory of the cold-started model, training it once if it is not cached."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    key = cache_key(model_dir, env_name, env_kwargs, sft_cfg, seed)
+    out = Path(cache_root).expanduser() / key
+    if (out / "config.json").exists():
+        log(f"cold start: reusing cached SFT model {out}")
+        return str(out)
+    log(f"cold start: SFT on {env_name} reference answers ({sft_cfg['steps']} steps) -> {out}")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tasks = env.load_tasks(train_split)
+    random.Random(seed).shuffle(tasks)
+    examples = build_examples(env, tokenizer, tasks, sft_cfg["max_examples"])
+    train_sft(
+        model,
+        examples,
+        steps=sft_cfg["steps"],
+        batch_size=sft_cfg["batch_size"],
+        lr=sft_cfg["lr"],
+        seed=seed,
+        log=log,
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{key}-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out)  # atomic: a crash leaves no half-written cache entry
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(out)

@@ -1,0 +1,221 @@
+"""`python -m gspo_agents.train [env=...] [model=...] [engine=...] [key=value ...]`
+
+The whole training run, wired in plain sight: build the pieces, loop (collect groups of
+trajectories → advantages → GSPO update → push weights to the engine → log), close.
+The rollout side and the learner never import each other; weights cross as an HF directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from gspo_agents.batching import prepare_batch, tasks_for_step
+from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+from gspo_agents.tracking import RunTracker
+
+CONSOLE_KEYS = ["reward_mean", "loss", "clip_frac_tokens", "ratio_max", "grad_norm", "step_time_s"]
+
+
+def build_env_factory(cfg: DictConfig, sandbox):
+    import envs
+
+    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    extra = {"sandbox": sandbox} if sandbox is not None else {}
+
+    def factory():
+        return envs.make(cfg.env.name, **kwargs, **extra)
+
+    return factory
+
+
+def build_sandbox(cfg: DictConfig, env_name: str):
+    """Only environments that run code get a sandbox; math and arithmetic do not need one."""
+    if env_name not in ("codeforces", "mathtool") and "Codeforces" not in env_name:
+        return None
+    from sandbox import Sandbox
+
+    return Sandbox.create(
+        cfg.sandbox.backend,
+        max_concurrency=cfg.sandbox.max_concurrency,
+        allow_unsafe_local=cfg.sandbox.allow_unsafe_local,
+    )
+
+
+def build_engine(cfg: DictConfig, model_dir: str, seed: int):
+    if cfg.engine.kind == "local":
+        from gspo_agents.rollout.local_engine import LocalEngine
+
+        return LocalEngine(model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed)
+    from gspo_agents.rollout.sglang_engine import SGLangEngine
+
+    return SGLangEngine(
+        list(cfg.engine.urls),
+        connect_timeout_s=cfg.engine.connect_timeout_s,
+        request_timeout_s=cfg.engine.request_timeout_s,
+    )
+
+
+def build_learner(cfg: DictConfig, model_dir: str):
+    from gspo_agents.learner import Learner, LearnerConfig
+
+    t, a = cfg.trainer, cfg.algorithm
+    learner_cfg = LearnerConfig(
+        algorithm=a.name,
+        eps_low=a.eps_low,
+        eps_high=a.eps_high,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps,
+        max_grad_norm=t.max_grad_norm,
+        num_minibatches=t.num_minibatches,
+        micro_batch_tokens=t.micro_batch_tokens,
+        temperature=cfg.rollout.temperature,
+        seed=t.seed,
+    )
+    return Learner(model_dir, learner_cfg)
+
+
+def resolve_start_model(cfg: DictConfig, env) -> str:
+    from gspo_agents.models import ModelConfig, resolve_model
+    from gspo_agents.sft import ensure_cold_start
+
+    model_dir = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+    if cfg.trainer.sft.enabled and cfg.model.name != "hf":
+        model_dir = ensure_cold_start(
+            model_dir,
+            env,
+            cfg.env.name,
+            OmegaConf.to_container(cfg.env.kwargs, resolve=True),
+            OmegaConf.to_container(cfg.trainer.sft, resolve=True),
+            train_split=cfg.env.train_split,
+            seed=cfg.trainer.seed,
+        )
+    return model_dir
+
+
+async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int):
+    """Consumes task rows; produces one optimizer update per step and fresh engine weights.
+
+    Waits on the rollout manager (generation + env steps) and then on the learner; a SIGTERM
+    sets `stop` and the loop ends after the current step with a checkpoint.
+    """
+    t = cfg.trainer
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    step = start_step
+    try:
+        for step in range(start_step, t.steps):
+            if stop.is_set():
+                break
+            started = loop.time()
+            batch_tasks = tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
+            result = await manager.collect(batch_tasks)
+            metrics = dict(result.metrics)
+            prepared = prepare_batch(
+                result.groups,
+                pad_id=learner_pad_id(learner),
+                filter_zero_spread=cfg.algorithm.filter_zero_spread_groups,
+                per_turn=cfg.algorithm.name == "gspo_token",
+            )
+            metrics.update(prepared.metrics)
+            if prepared.batch is not None:
+                metrics.update(await asyncio.to_thread(learner.update, prepared.batch))
+                weights = await asyncio.to_thread(learner.export_hf, str(run_dir / "weights" / f"step{step + 1}"))
+                await manager.update_weights(weights, version=step + 1)
+                _keep_latest(run_dir / "weights", Path(weights).name)
+            metrics["step_time_s"] = loop.time() - started
+            tracker.log(step + 1, metrics)
+            tracker.console(step + 1, metrics, CONSOLE_KEYS)
+            if t.save_every_steps and (step + 1) % t.save_every_steps == 0:
+                learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step + 1})
+        else:
+            step = t.steps
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+    learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
+    return step
+
+
+def learner_pad_id(learner) -> int:
+    return int(getattr(learner, "pad_token_id", 0) or 0)
+
+
+def _keep_latest(weights_root: Path, keep: str) -> None:
+    for child in weights_root.iterdir():
+        if child.name != keep:
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def run(cfg: DictConfig) -> dict:
+    import envs
+    from gspo_agents.models import load_tokenizer
+    from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+
+    check_choices(cfg)
+    t = cfg.trainer
+    random.seed(t.seed)
+    run_dir = Path(t.run_dir)
+    env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
+    model_dir = resolve_start_model(cfg, env)
+    learner = build_learner(cfg, model_dir)
+    start_step = 0
+    if t.resume and (run_dir / "checkpoint").exists():
+        start_step = int(learner.load_checkpoint(str(run_dir / "checkpoint")).get("step", 0))
+    sandbox = build_sandbox(cfg, cfg.env.name)
+    engine = build_engine(cfg, model_dir, t.seed)
+    tracker = RunTracker(
+        run_dir,
+        config=OmegaConf.to_container(cfg, resolve=True),
+        wandb_mode=cfg.logger.wandb_mode,
+        wandb_project=cfg.logger.wandb_project,
+        run_name=run_dir.name,
+        total_steps=t.steps,
+        resume=t.resume,
+    )
+    print(f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)", file=sys.stderr)
+    rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
+    manager = RolloutManager(engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), rollout_cfg)
+
+    async def main_async():
+        try:
+            if start_step:
+                weights = learner.export_hf(str(run_dir / "weights" / f"step{start_step}"))
+                await manager.update_weights(weights, version=start_step)
+            return await training_loop(cfg, learner, manager, tasks, tracker, run_dir, start_step)
+        finally:
+            await engine.close()
+            if sandbox is not None:
+                await sandbox.aclose()
+
+    try:
+        final_step = asyncio.run(main_async())
+    finally:
+        tracker.close()
+        learner.close()
+    return {"run_dir": str(run_dir), "final_step": final_step, "wandb_dir": tracker.wandb_dir}
+
+
+register_schemas()
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    summary = run(cfg)
+    print(f"done: {summary}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
