@@ -1,0 +1,323 @@
+"""Model checkpoints: build the tiny CPU models locally, resolve any HF directory, load them.
+
+`resolve_model(cfg)` turns a `ModelConfig` into a local Hugging Face directory:
+- `tiny` / `tiny-moe`: a small Qwen3 / Qwen3-MoE checkpoint with random weights and a byte-level
+  BPE tokenizer trained here on a deterministic corpus this module generates (English, arithmetic
+  with `\\boxed{}` answers, Python and C++). Nothing is downloaded. The result is cached under
+  `cache_dir` by a content hash of the recipe and built atomically (temp dir, then rename), so
+  concurrent builders never see a half-written checkpoint.
+- `hf`: any existing HF directory given by `path`.
+
+Whatever the source, weights and tokenizer are always read back through the ordinary
+`from_pretrained` path (`load_model`, `load_tokenizer`), so the tiny models exercise the same code
+as real ones. This module never contacts a model hub: loading uses `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import torch
+
+ModelName = Literal["tiny", "tiny-moe", "hf"]
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# Bump when the recipe changes in a way the hashed fields do not capture.
+_RECIPE_VERSION = 1
+_VOCAB_SIZE = 1536  # tokenizer training target; the model uses the trained size
+_MAX_POSITIONS = 4096
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, IM_END)
+
+# Qwen-style ChatML template; the assistant turn opens with "<|im_start|>assistant\n".
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+class ModelConfigError(ValueError):
+    """A model config names something that does not exist or cannot be built."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    name: ModelName = "tiny"
+    path: str | None = None  # required for name="hf": a local HF directory
+    cache_dir: str = "~/.cache/gspo-agents/models"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.name not in get_args(ModelName):
+            raise ModelConfigError(
+                f"model.name={self.name!r} is not one of {list(get_args(ModelName))}; "
+                "use name=hf with model.path=DIR for your own checkpoint"
+            )
+        if self.dtype not in _DTYPES:
+            raise ModelConfigError(f"model.dtype={self.dtype!r} is not one of {list(_DTYPES)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes of the tiny models (sized for a 2-core CPU: ~1-3M parameters).
+
+
+def _dense_arch() -> dict[str, Any]:
+    return {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "vocab_size": _VOCAB_SIZE,
+        "hidden_size": 128,
+        "intermediate_size": 384,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": _MAX_POSITIONS,
+        "tie_word_embeddings": True,
+        "rms_norm_eps": 1e-6,
+    }
+
+
+def _moe_arch() -> dict[str, Any]:
+    # Same attention as the dense model; 8 experts, top-2, each expert half the dense MLP width,
+    # so the active parameter count per token matches the dense model's MLP.
+    arch = _dense_arch() | {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 192,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
+    del arch["head_dim"]  # Qwen3-MoE derives it from hidden_size / num_attention_heads
+    return arch
+
+
+def _recipe(name: str) -> dict[str, Any]:
+    arch = _dense_arch() if name == "tiny" else _moe_arch()
+    return {
+        "recipe_version": _RECIPE_VERSION,
+        "arch": arch,
+        "tokenizer": {"vocab_size": _VOCAB_SIZE, "special": list(SPECIAL_TOKENS), "digits": True},
+        "chat_template": CHAT_TEMPLATE,
+        "seed": 0,
+    }
+
+
+def _recipe_hash(recipe: dict[str, Any], corpus: str) -> str:
+    h = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
+    h.update(corpus.encode())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Deterministic tokenizer corpus.
+
+_WORDS = (
+    "the a an of to and in is it that for on with as was be by this are or from at which we "
+    "you can not have has all one two three answer question problem solve number sum product "
+    "difference result compute find value total each step first then finally so therefore "
+    "program input output test case function return print read write line integer string list "
+    "array loop while if else true false example code python c++ please think carefully "
+    "time year people way day man woman child world life hand part place work week case point "
+    "government company system group fact story house water money month night room mother "
+    "area country state family student teacher book word business issue side kind head service "
+    "friend father power hour game market school city idea problem body information reason "
+    "small large little great good new old right left high long different important public "
+    "make know take see come give look use tell ask seem feel try leave call keep begin show "
+    "hear play run move live believe hold bring happen provide sit stand lose pay meet include "
+    "continue set learn change lead understand watch follow stop create speak allow add spend "
+    "grow open walk win offer remember love consider appear buy wait serve die send expect build "
+    "stay fall cut reach kill remain suggest raise pass sell require report decide pull equal "
+    "minus plus times divided remainder prime even odd square root fraction decimal percent "
+    "triangle circle angle area perimeter volume probability expected variance matrix vector "
+    "graph tree edge vertex path query maximum minimum modulo binary search sort greedy dynamic"
+).split()
+_PY_SNIPPETS = (
+    "def solve():\n    n = int(input())\n    a = list(map(int, input().split()))\n    print(sum(a))\n",
+    "import sys\n\ndef main() -> None:\n    data = sys.stdin.read().split()\n    for x in data:\n        print(x)\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        continue\n    total += i * i\nreturn total\n",
+    "class Node:\n    def __init__(self, value):\n        self.value = value\n        self.next = None\n",
+    "result = [x for x in items if x > 0]\nwhile left < right:\n    mid = (left + right) // 2\n",
+)
+_CPP_SNIPPETS = (
+    "#include <bits/stdc++.h>\nusing namespace std;\n\nint main() {\n    int n;\n    cin >> n;\n",
+    "    vector<long long> a(n);\n    for (int i = 0; i < n; ++i) cin >> a[i];\n    cout << a[0] << endl;\n",
+    "    sort(a.begin(), a.end());\n    long long ans = 0;\n    for (auto x : a) ans += x;\n    return 0;\n}\n",
+    "std::string s;\nstd::getline(std::cin, s);\nif (s.empty()) { return 1; }\n",
+)
+
+
+def _arithmetic_line(rng: random.Random) -> str:
+    a, b = rng.randint(0, 999), rng.randint(0, 999)
+    op = rng.choice("+-*")
+    value = {"+": a + b, "-": a - b, "*": a * b}[op]
+    return rng.choice(
+        (
+            f"What is {a} {op} {b}? The answer is \\boxed{{{value}}}.",
+            f"Compute {a} {op} {b}.\n{a} {op} {b} = {value}\n\\boxed{{{value}}}",
+            f"Solve: {a} {op} {b} = {value}. Final answer: \\boxed{{{value}}}",
+        )
+    )
+
+
+def build_corpus(num_lines: int = 3000, seed: int = 0) -> str:
+    """The tokenizer's training text: deterministic for a given (num_lines, seed)."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(num_lines):
+        kind = i % 4
+        if kind == 0:
+            n = rng.randint(5, 14)
+            lines.append(" ".join(rng.choice(_WORDS) for _ in range(n)).capitalize() + ".")
+        elif kind == 1:
+            lines.append(_arithmetic_line(rng))
+        elif kind == 2:
+            lines.append(rng.choice(_PY_SNIPPETS))
+        else:
+            lines.append(rng.choice(_CPP_SNIPPETS))
+    return "\n".join(lines)
+
+
+def _train_tokenizer(corpus: str, out_dir: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # Digits split one by one (as Qwen does) so numbers tokenize uniformly for arithmetic.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_VOCAB_SIZE,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus.splitlines(keepends=True), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=PAD_TOKEN,
+        additional_special_tokens=[IM_START],
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=_MAX_POSITIONS,
+    )
+    fast.save_pretrained(out_dir)
+
+
+def _build_tiny(name: str, recipe: dict[str, Any], corpus: str, out_dir: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    _train_tokenizer(corpus, out_dir)
+    tokenizer = load_tokenizer(str(out_dir))
+    special = {
+        "pad_token_id": tokenizer.convert_tokens_to_ids(PAD_TOKEN),
+        "bos_token_id": tokenizer.convert_tokens_to_ids(PAD_TOKEN),
+        "eos_token_id": tokenizer.convert_tokens_to_ids(IM_END),
+    }
+    arch = dict(recipe["arch"])
+    # The exact trained vocabulary: no embedding rows the tokenizer can never produce or decode.
+    arch["vocab_size"] = len(tokenizer)
+    model_type = arch.pop("model_type")
+    config = AutoConfig.for_model(model_type, **arch, **special)
+    torch.manual_seed(recipe["seed"])
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config = GenerationConfig(
+        **special, do_sample=True, temperature=1.0, top_p=1.0, top_k=0
+    )
+    model.save_pretrained(out_dir)
+    (out_dir / "gspo_recipe.json").write_text(json.dumps({"name": name, **recipe}, indent=2))
+
+
+def _build_cached(name: str, cache_dir: Path) -> Path:
+    recipe = _recipe(name)
+    corpus = build_corpus()
+    final = cache_dir / f"{name}-{_recipe_hash(recipe, corpus)}"
+    if (final / "config.json").exists():
+        return final
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-build-", dir=cache_dir))
+    try:
+        _build_tiny(name, recipe, corpus, tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # Another process finished the same build first; its result is identical.
+            if not (final / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def resolve_model(cfg: ModelConfig) -> str:
+    """A local HF directory for `cfg`, building (and caching) the tiny models on first use."""
+    if cfg.name == "hf":
+        if not cfg.path:
+            raise ModelConfigError(
+                "model.name=hf needs model.path=DIR (a local Hugging Face checkpoint directory)"
+            )
+        path = Path(cfg.path).expanduser()
+        if not (path / "config.json").is_file():
+            raise ModelConfigError(
+                f"model.path={cfg.path!r} is not a Hugging Face checkpoint directory "
+                "(no config.json there); pass a directory written by save_pretrained"
+            )
+        return str(path.resolve())
+    if cfg.path is not None:
+        raise ModelConfigError(
+            f"model.path is only used with model.name=hf (got name={cfg.name!r}, path={cfg.path!r})"
+        )
+    return str(_build_cached(cfg.name, Path(cfg.cache_dir).expanduser()))
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ModelConfigError(f"dtype={dtype!r} is not one of {list(_DTYPES)}") from None
+
+
+def load_tokenizer(path: str):
+    """The tokenizer of an HF directory (never a hub id)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def load_model(path: str, dtype: str = "float32") -> torch.nn.Module:
+    """The causal LM of an HF directory in eval mode (never a hub id)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype(dtype), local_files_only=True
+    )
+    return model.eval()
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def model_config_dict(cfg: ModelConfig) -> dict[str, Any]:
+    return asdict(cfg)
