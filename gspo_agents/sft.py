@@ -142,3 +142,38 @@ def ensure_cold_start(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(out)
+
+
+def _main() -> None:
+    import hydra
+    from omegaconf import OmegaConf
+
+    from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+
+    register_schemas()
+
+    @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+    def main(cfg) -> None:
+        import envs
+        from gspo_agents.models import ModelConfig, resolve_model
+
+        check_choices(cfg)
+        env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+        env = envs.make(cfg.env.name, **env_kwargs)
+        base = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+        out = ensure_cold_start(
+            base,
+            env,
+            cfg.env.name,
+            env_kwargs,
+            OmegaConf.to_container(cfg.trainer.sft, resolve=True),
+            train_split=cfg.env.train_split,
+            seed=cfg.trainer.seed,
+        )
+        print(out)
+
+    main()
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,79 @@
+"""`python -m gspo_agents.plot RUN_DIR [RUN_DIR ...] [--out DIR]`: PNG curves from metrics.jsonl.
+
+One figure per metric family (reward, clipped-token fraction, ratio spread, expert volatility when
+the run logged it); several run directories are overlaid, labelled by their directory name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gspo_agents.tracking import read_metrics
+
+PANELS = {
+    "reward": (["reward_mean"], "mean reward"),
+    "clip_fraction": (["clip_frac_tokens"], "clipped-token fraction"),
+    "ratio_spread": (["ratio_max", "ratio_min"], "importance ratio max / min"),
+    "expert_volatility": (["expert_volatility"], "expert-activation volatility"),
+    "loss": (["loss"], "policy loss"),
+}
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    out, acc = [], []
+    for v in values:
+        acc.append(v)
+        if len(acc) > window:
+            acc.pop(0)
+        out.append(sum(acc) / len(acc))
+    return out
+
+
+def plot_runs(run_dirs: list[str], out_dir: str, window: int = 5) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {Path(d).name: read_metrics(d) for d in run_dirs}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (keys, title) in PANELS.items():
+        if not any(k in row for rows in runs.values() for row in rows for k in keys):
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for label, rows in runs.items():
+            for key in keys:
+                pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+                if pts:
+                    steps, vals = zip(*pts)
+                    suffix = f" {key}" if len(keys) > 1 else ""
+                    ax.plot(steps, smooth(list(vals), window), label=f"{label}{suffix}")
+        ax.set_xlabel("step")
+        ax.set_title(title + (f" (moving mean over {window})" if window > 1 else ""))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = str(Path(out_dir) / f"{name}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gspo_agents.plot", description=__doc__)
+    parser.add_argument("run_dirs", nargs="+")
+    parser.add_argument("--out", default=None, help="output folder (default: RUN_DIR/plots)")
+    parser.add_argument("--window", type=int, default=5, help="moving-mean window in steps")
+    args = parser.parse_args(argv)
+    out = args.out or str(Path(args.run_dirs[0]) / "plots")
+    for path in plot_runs(args.run_dirs, out, args.window):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
