@@ -1,0 +1,317 @@
+"""Policy-gradient objectives (GSPO, GSPO-token, GRPO) and group advantages, as pure tensor functions.
+
+Nothing here knows about models, processes or I/O. Every loss is normalised by `num_sequences`,
+the number of sequences in the GLOBAL minibatch, which the caller passes in: summing the losses
+(and gradients) of k ranks that each hold a slice of the minibatch gives exactly the loss of one
+rank holding all of it.
+
+A new variant is a new small function registered in `OBJECTIVES`, not a branch inside another.
+
+Shape legend: B = sequences (trajectories) held by this call, T = padded token positions, aligned as
+in `gspo_agents.trajectory.FlatBatch` (`logprobs_BT[b, t]` is the log-prob of token t of row b).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+__all__ = [
+    "Algorithm",
+    "ALGORITHMS",
+    "Objective",
+    "OBJECTIVES",
+    "GroupAdvantages",
+    "group_advantages",
+    "policy_loss",
+    "gspo_loss",
+    "gspo_token_loss",
+    "grpo_loss",
+]
+
+Algorithm = Literal["gspo", "gspo_token", "grpo"]
+Metrics = dict[str, torch.Tensor]
+
+
+# --------------------------------------------------------------------------------------------
+# shared pieces
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """Validated inputs shared by every objective (mask as bool, advantages as [B, T])."""
+
+    logprobs_BT: torch.Tensor
+    old_logprobs_BT: torch.Tensor
+    advantages_BT: torch.Tensor
+    mask_BT: torch.Tensor  # bool
+    num_sequences: int
+
+    @property
+    def tokens_B(self) -> torch.Tensor:
+        return self.mask_BT.sum(dim=1)
+
+    @property
+    def has_tokens_B(self) -> torch.Tensor:
+        return self.tokens_B > 0
+
+
+def _masked(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    # where, not multiply: a NaN/inf log-prob on a masked (padding) position must not leak into
+    # the value or the gradient (0 * nan = nan).
+    return torch.where(mask_BT, x_BT, torch.zeros_like(x_BT))
+
+
+def _seq_mean(x_BT: torch.Tensor, inp: _Inputs) -> torch.Tensor:
+    """Per-sequence mean over model tokens; 0 for a sequence without model tokens."""
+    return _masked(x_BT, inp.mask_BT).sum(dim=1) / inp.tokens_B.clamp(min=1)
+
+
+def _clipped_surrogate(
+    ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """min(r·A, clip(r, 1-ε_low, 1+ε_high)·A) and where the clip is the active (gradient-free) side."""
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    surrogate = torch.minimum(ratio * adv, clipped * adv)
+    # The min picks the clipped branch only on the side the advantage's sign makes active.
+    is_clipped = ((adv > 0) & (ratio > 1.0 + eps_high)) | ((adv < 0) & (ratio < 1.0 - eps_low))
+    return surrogate, is_clipped
+
+
+def _log_ratio_BT(inp: _Inputs) -> torch.Tensor:
+    return _masked(inp.logprobs_BT - inp.old_logprobs_BT, inp.mask_BT)
+
+
+def _approx_kl(inp: _Inputs) -> torch.Tensor:
+    """k3 estimator of KL(behaviour ‖ current), mean over model tokens (detached)."""
+    log_r = _log_ratio_BT(inp).detach()
+    k3 = torch.expm1(log_r) - log_r
+    return _masked(k3, inp.mask_BT).sum() / inp.mask_BT.sum().clamp(min=1)
+
+
+def _count_metrics(inp: _Inputs) -> Metrics:
+    """Local sizes, so that a caller can weight metrics across micro-batches and ranks."""
+    return {
+        "num_tokens": inp.mask_BT.sum().to(torch.float32),
+        "num_seqs": inp.has_tokens_B.sum().to(torch.float32),
+    }
+
+
+def _ratio_stats(ratio: torch.Tensor, valid: torch.Tensor) -> Metrics:
+    r = ratio.detach()[valid]
+    if r.numel() == 0:
+        one = torch.ones((), dtype=torch.float32, device=ratio.device)
+        return {"ratio_mean": one, "ratio_min": one, "ratio_max": one}
+    return {"ratio_mean": r.mean(), "ratio_min": r.min(), "ratio_max": r.max()}
+
+
+# --------------------------------------------------------------------------------------------
+# the objectives
+# --------------------------------------------------------------------------------------------
+def _sequence_advantages_B(inp: _Inputs) -> torch.Tensor:
+    """The one advantage of each sequence; GSPO is undefined for per-token advantages."""
+    adv_BT = inp.advantages_BT
+    adv_B = _seq_mean(adv_BT, inp)
+    spread_BT = _masked((adv_BT - adv_B[:, None]).abs(), inp.mask_BT)
+    if spread_BT.numel() and bool((spread_BT > 1e-6 * (1.0 + adv_B.abs()[:, None])).any()):
+        raise ValueError(
+            "algorithm='gspo' needs one advantage per sequence, but advantages vary across the "
+            "model tokens of a sequence; use algorithm='gspo_token' for per-turn advantages"
+        )
+    return adv_B
+
+
+def gspo_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torch.Tensor, Metrics]:
+    """GSPO: one length-normalised sequence ratio s_i, clipped per sequence."""
+    log_s_B = _log_ratio_BT(inp).sum(dim=1) / inp.tokens_B.clamp(min=1)
+    s_B = torch.exp(log_s_B)
+    adv_B = _sequence_advantages_B(inp)
+    surrogate_B, clipped_B = _clipped_surrogate(s_B, adv_B, eps_low, eps_high)
+    valid_B = inp.has_tokens_B
+    loss = -_masked(surrogate_B, valid_B).sum() / inp.num_sequences
+    clipped_B = clipped_B & valid_B
+    metrics = {
+        "clip_frac_tokens": (clipped_B * inp.tokens_B).sum() / inp.tokens_B.sum().clamp(min=1),
+        "clip_frac_seqs": clipped_B.sum() / valid_B.sum().clamp(min=1),
+        **_ratio_stats(s_B, valid_B),
+    }
+    return loss, metrics
+
+
+def gspo_token_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torch.Tensor, Metrics]:
+    """GSPO-token: s_i,t = sg(s_i)·π(y_t)/sg(π(y_t)); per-token advantages, sequence-level clipping."""
+    log_s_B = _log_ratio_BT(inp).sum(dim=1) / inp.tokens_B.clamp(min=1)
+    lp_BT = inp.logprobs_BT
+    log_s_BT = log_s_B.detach()[:, None] + lp_BT - lp_BT.detach()
+    s_BT = torch.exp(_masked(log_s_BT, inp.mask_BT))
+    surrogate_BT, clipped_BT = _clipped_surrogate(s_BT, inp.advantages_BT, eps_low, eps_high)
+    valid_B = inp.has_tokens_B
+    loss = -_seq_mean(surrogate_BT, inp).sum() / inp.num_sequences
+    clipped_BT = clipped_BT & inp.mask_BT
+    metrics = {
+        "clip_frac_tokens": clipped_BT.sum() / inp.mask_BT.sum().clamp(min=1),
+        "clip_frac_seqs": clipped_BT.any(dim=1).sum() / valid_B.sum().clamp(min=1),
+        **_ratio_stats(torch.exp(log_s_B), valid_B),
+    }
+    return loss, metrics
+
+
+def grpo_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torch.Tensor, Metrics]:
+    """GRPO baseline: per-token ratios and clipping; per-sequence token mean, then / N."""
+    ratio_BT = torch.exp(_log_ratio_BT(inp))
+    surrogate_BT, clipped_BT = _clipped_surrogate(ratio_BT, inp.advantages_BT, eps_low, eps_high)
+    loss = -_seq_mean(surrogate_BT, inp).sum() / inp.num_sequences
+    clipped_BT = clipped_BT & inp.mask_BT
+    metrics = {
+        "clip_frac_tokens": clipped_BT.sum() / inp.mask_BT.sum().clamp(min=1),
+        # a sequence counts as clipped when any of its tokens is
+        "clip_frac_seqs": clipped_BT.any(dim=1).sum() / inp.has_tokens_B.sum().clamp(min=1),
+        **_ratio_stats(ratio_BT, inp.mask_BT),
+    }
+    return loss, metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    fn: Callable[[_Inputs, float, float], tuple[torch.Tensor, Metrics]]
+    eps_low: float  # default lower clip range
+    eps_high: float  # default upper clip range
+    ratio_level: Literal["sequence", "token"]  # what ratio_mean/min/max describe
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "gspo": Objective(gspo_loss, 3e-4, 4e-4, "sequence"),
+    "gspo_token": Objective(gspo_token_loss, 3e-4, 4e-4, "sequence"),
+    "grpo": Objective(grpo_loss, 0.2, 0.27, "token"),
+}
+ALGORITHMS: tuple[str, ...] = tuple(OBJECTIVES)
+
+
+def get_objective(algorithm: str) -> Objective:
+    try:
+        return OBJECTIVES[algorithm]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(str(algorithm), ALGORITHMS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"unknown algorithm {algorithm!r}{hint}; choose one of {', '.join(ALGORITHMS)}"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------------
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    algorithm: str = "gspo",
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+    num_sequences: int | None = None,
+) -> tuple[torch.Tensor, Metrics]:
+    """The policy loss of `algorithm` and its (detached) metrics.
+
+    logprobs [B, T] (current policy, carries the gradient), old_logprobs [B, T] (behaviour policy),
+    advantages [B] or [B, T], loss_mask [B, T] (1 on model-sampled tokens). `eps_low`/`eps_high`
+    default to the algorithm's own (GSPO 3e-4 / 4e-4, GRPO 0.2 / 0.27). `num_sequences` is the size
+    of the GLOBAL minibatch (defaults to B): the loss is a sum over this call's sequences divided by
+    it. Metrics are means over this call's sequences/tokens; `num_tokens` and `num_seqs` give the
+    weights for combining them across calls.
+    """
+    objective = get_objective(algorithm)
+    inp = _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences)
+    lo = objective.eps_low if eps_low is None else float(eps_low)
+    hi = objective.eps_high if eps_high is None else float(eps_high)
+    if lo < 0 or hi < 0 or lo >= 1:
+        raise ValueError(
+            f"clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0, got {lo}, {hi}"
+        )
+    loss, metrics = objective.fn(inp, lo, hi)
+    metrics = {k: v.detach().to(torch.float32) for k, v in metrics.items()}
+    metrics["approx_kl"] = _approx_kl(inp)
+    metrics.update(_count_metrics(inp))
+    return loss, metrics
+
+
+def _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences) -> _Inputs:
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    B = logprobs.shape[0]
+    for name, t in (("old_logprobs", old_logprobs), ("loss_mask", loss_mask)):
+        if t.shape != logprobs.shape:
+            raise ValueError(
+                f"{name} must match logprobs {tuple(logprobs.shape)}, got {tuple(t.shape)}"
+            )
+    if advantages.dim() == 1 and advantages.shape[0] == B:
+        advantages = advantages[:, None].expand_as(logprobs)
+    elif advantages.shape != logprobs.shape:
+        raise ValueError(
+            f"advantages must be [B]={B} or [B, T]={tuple(logprobs.shape)}, got {tuple(advantages.shape)}"
+        )
+    n = B if num_sequences is None else int(num_sequences)
+    if n <= 0:
+        raise ValueError(f"num_sequences (global minibatch size) must be > 0, got {num_sequences}")
+    return _Inputs(
+        logprobs_BT=logprobs.float(),
+        old_logprobs_BT=old_logprobs.detach().float(),
+        advantages_BT=advantages.detach().float(),
+        mask_BT=loss_mask.bool(),
+        num_sequences=n,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# advantages
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class GroupAdvantages:
+    # (r - group mean) / (group std + eps); exactly 0 in zero-spread groups
+    advantages_B: torch.Tensor
+    zero_spread_B: torch.Tensor  # bool: the sequence's group has no reward spread (no signal)
+    num_groups: int
+    num_zero_spread_groups: int
+
+    @property
+    def zero_spread_frac(self) -> float:
+        return self.num_zero_spread_groups / max(self.num_groups, 1)
+
+
+def group_advantages(
+    rewards_B: torch.Tensor | Sequence[float],
+    group_ids_B: torch.Tensor | Sequence[Hashable],
+    eps: float = 1e-6,
+) -> GroupAdvantages:
+    """Group-normalised advantages A_i = (r_i - mean_g r) / (std_g r + eps).
+
+    std is the population std of the group (a group of one has zero spread). Groups whose rewards
+    are all equal carry no learning signal: their advantages are exactly 0 and they are counted;
+    whether to drop them is the caller's decision (`zero_spread_B`).
+    """
+    rewards = torch.as_tensor(rewards_B, dtype=torch.float32)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
+    if isinstance(group_ids_B, torch.Tensor):
+        group_ids_B = group_ids_B.tolist()
+    if len(group_ids_B) != rewards.shape[0]:
+        raise ValueError(f"{rewards.shape[0]} rewards but {len(group_ids_B)} group ids")
+    if not bool(torch.isfinite(rewards).all()):
+        raise ValueError("rewards must be finite (an infrastructure failure is not a reward)")
+    index: dict[Hashable, int] = {}
+    gid_B = torch.tensor([index.setdefault(g, len(index)) for g in group_ids_B], dtype=torch.long)
+    G = len(index)
+    count_G = torch.zeros(G).index_add_(0, gid_B, torch.ones_like(rewards))
+    mean_G = torch.zeros(G).index_add_(0, gid_B, rewards) / count_G.clamp(min=1)
+    centred_B = rewards - mean_G[gid_B]
+    var_G = torch.zeros(G).index_add_(0, gid_B, centred_B**2) / count_G.clamp(min=1)
+    std_G = var_G.sqrt()
+    # "zero spread" relative to the reward scale, so float noise in the mean does not count as signal
+    zero_G = std_G <= 1e-8 * (1.0 + mean_G.abs())
+    adv_B = torch.where(zero_G[gid_B], torch.zeros_like(rewards), centred_B / (std_G[gid_B] + eps))
+    return GroupAdvantages(adv_B, zero_G[gid_B], G, int(zero_G.sum()))
