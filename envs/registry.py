@@ -1,0 +1,142 @@
+"""Environment registration: built-in ids, short names, third-party plugins, and `make`.
+
+Built-in environments are registered with Gymnasium under the `gspo` namespace with string
+entry points, so importing `envs` imports neither math-verify nor the sandbox. A user's own
+environment is registered either directly with `gymnasium.register(...)` before training starts,
+or from an installed package through the entry-point group `gspo_agents.envs`: each entry point
+is a callable that registers envs (called with no arguments) or a module whose import registers
+them. `make` accepts a short name (`arithmetic`) or any registered id (`myenv/Echo-v0`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import logging
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
+
+from envs.base import TextEnv
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "gspo_agents.envs"
+
+# id -> lazy entry point; the classes are imported only when an env is made.
+BUILTIN_ENVS: dict[str, str] = {
+    "gspo/Arithmetic-v0": "envs.arithmetic:ArithmeticEnv",
+    "gspo/Math-v0": "envs.math.env:MathEnv",
+    "gspo/MathTool-v0": "envs.mathtool:MathToolEnv",
+    "gspo/Codeforces-v0": "envs.codeforces.env:CodeforcesEnv",
+}
+# Command-line names (`env=math`) -> ids.
+SHORT_NAMES: dict[str, str] = {
+    "arithmetic": "gspo/Arithmetic-v0",
+    "math": "gspo/Math-v0",
+    "mathtool": "gspo/MathTool-v0",
+    "codeforces": "gspo/Codeforces-v0",
+}
+
+_plugins_loaded: set[str] = set()
+
+
+def register_builtin_envs() -> None:
+    """Register the built-in envs (idempotent: Gymnasium warns on re-registration)."""
+    for env_id, entry_point in BUILTIN_ENVS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
+
+
+def load_plugins(*, rescan: bool = False) -> list[str]:
+    """Run every `gspo_agents.envs` entry point not run yet; returns the names it ran.
+
+    `rescan=True` drops the import system's directory caches first, so a package installed
+    after this process started is found.
+    """
+    if rescan:
+        importlib.invalidate_caches()
+    ran: list[str] = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = f"{ep.name}={ep.value}"
+        if key in _plugins_loaded:
+            continue
+        try:
+            target = ep.load()
+        except Exception as exc:
+            raise ImportError(
+                f"env plugin {ep.name!r} ({ep.value}) from entry-point group {ENTRY_POINT_GROUP!r} "
+                f"failed to import: {exc}. Fix or uninstall the package that declares it."
+            ) from exc
+        if callable(target):
+            target()
+        _plugins_loaded.add(key)
+        ran.append(ep.name)
+    return ran
+
+
+def registered_ids() -> list[str]:
+    """All env ids Gymnasium knows of, built-in and third-party (after loading plugins)."""
+    register_builtin_envs()
+    load_plugins()
+    return sorted(gym.registry)
+
+
+def resolve_id(name_or_id: str) -> str:
+    """Map a short name or id to a registered id; unknown names raise ValueError with hints."""
+    register_builtin_envs()
+    load_plugins()
+    env_id = SHORT_NAMES.get(name_or_id, name_or_id)
+    if env_id in gym.registry:
+        return env_id
+    if load_plugins(rescan=True) and env_id in gym.registry:  # installed since we last looked
+        return env_id
+    raise ValueError(_unknown_message(name_or_id))
+
+
+def _unknown_message(name: str) -> str:
+    candidates = sorted(SHORT_NAMES) + sorted(gym.registry)
+    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+    lowered = {c.lower(): c for c in candidates}
+    if name.lower() in lowered and lowered[name.lower()] not in close:
+        close.insert(0, lowered[name.lower()])
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    ours = [i for i in sorted(gym.registry) if not _is_gymnasium_builtin(i)]
+    return (
+        f"Unknown environment {name!r}.{hint} Short names: {', '.join(sorted(SHORT_NAMES))}. "
+        f"Registered ids: {', '.join(ours)}. A custom env must be registered with "
+        f"gymnasium.register(id=..., entry_point=...) or through the {ENTRY_POINT_GROUP!r} "
+        "entry-point group of an installed package."
+    )
+
+
+def _is_gymnasium_builtin(env_id: str) -> bool:
+    spec = gym.registry[env_id]
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    return entry.startswith(("gymnasium.", "shimmy.", "ale_py."))
+
+
+def make(name_or_id: str, **kwargs: Any) -> TextEnv:
+    """Build an environment from a short name or id; kwargs override the spec's kwargs.
+
+    Unlike `gymnasium.make` this adds no wrappers: the rollout manager needs the env's own
+    `astep`, `load_tasks` and `reference_response`, which wrappers would hide.
+    """
+    env_id = resolve_id(name_or_id)
+    spec = gym.spec(env_id)
+    if spec.entry_point is None:
+        raise ValueError(f"environment {env_id!r} was registered without an entry_point")
+    creator = (
+        load_env_creator(spec.entry_point)
+        if isinstance(spec.entry_point, str)
+        else spec.entry_point
+    )
+    env = creator(**{**spec.kwargs, **kwargs})
+    if not isinstance(env, TextEnv):
+        raise TypeError(
+            f"environment {env_id!r} built a {type(env).__name__}, not an envs.base.TextEnv; "
+            "subclass envs.base.TextEnv so the trainer can drive it with chat messages."
+        )
+    return env
