@@ -1,0 +1,507 @@
+"""The rollout manager: multi-turn, partial and asynchronous trajectory collection.
+
+What it does
+- `collect(tasks)`: G trajectories per task, each a multi-turn loop
+  generate -> env.astep(text) -> append observation ids -> generate ..., with a turn budget and a
+  context budget that shrinks `max_new_tokens` as the context fills. At most
+  `max_live_trajectories` run at once; each has a whole-trajectory deadline.
+- `update_weights(path, version)`: closes the manager's gate, pauses the engine (in-flight
+  generations come back with finish_reason 'abort' and the tokens made so far), loads the weights,
+  resumes. Interrupted turns continue from prompt + tokens so far under the new weights; every
+  token carries the version that produced it.
+- Staleness: a trajectory whose oldest token is more than `max_staleness_steps` versions old is
+  dropped and counted (`rollout/dropped_stale`). If it is still running it restarts from its prompt
+  under the current weights (at most `_MAX_STALE_RESTARTS` times), so its group stays whole.
+- Async mode: `start_prefetch(tasks)` collects the next batch in the background while the learner
+  trains; `next_batch()` returns it, filtered for staleness at the moment it is consumed. The
+  learner must train off the event loop (`asyncio.to_thread`) for the two to overlap.
+
+Failures are a trajectory status, not an exception: an environment error (InfraError or any
+exception from astep), an engine failure that outlasts the retries, or the deadline mark the
+trajectory `error` with a message and count it in the metrics; it is never given a reward of 0.
+Bugs (bad configuration, chat-template problems) propagate.
+
+It knows nothing of HTTP or of the learner: it talks to an `Engine` and to `TextEnv`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from envs.base import TextEnv
+from envs.errors import InfraError
+from gspo_agents.rollout.chat import ChatFormat
+from gspo_agents.rollout.engine import (
+    Engine,
+    EngineError,
+    EngineRequestError,
+    Generation,
+    SamplingParams,
+)
+from gspo_agents.rollout.staleness import drop_stale, is_stale, max_prefetch_depth
+from gspo_agents.trajectory import Status, Trajectory
+
+__all__ = ["RolloutConfig", "RolloutManager", "RolloutResult"]
+
+log = logging.getLogger(__name__)
+
+_MAX_STALE_RESTARTS = 2  # a trajectory overtaken by this many extra updates is dropped for good
+_ENGINE_ATTEMPTS = 4  # one call plus retries of a retryable EngineError (another worker may serve)
+_ENGINE_BACKOFF_S = (0.2, 0.5, 1.0)
+_MAX_UNEXPLAINED_ABORTS = 3  # aborts with no weight update behind them before we give up
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    num_samples_per_task: int = 8  # G
+    max_new_tokens_per_turn: int = 256
+    max_context_tokens: int = 2048  # prompt + all turns; shrinks max_new_tokens as it fills
+    max_turns: int | None = None  # None -> the env's own max_turns
+    max_live_trajectories: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_staleness_steps: int = 1
+    trajectory_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        positive = (
+            "num_samples_per_task",
+            "max_new_tokens_per_turn",
+            "max_context_tokens",
+            "max_live_trajectories",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(
+                f"rollout.max_turns must be >= 1 or None (env's own), got {self.max_turns}"
+            )
+        if self.max_staleness_steps < 0:
+            raise ValueError(
+                f"rollout.max_staleness_steps must be >= 0, got {self.max_staleness_steps}"
+            )
+        if self.trajectory_timeout_s <= 0:
+            raise ValueError(
+                f"rollout.trajectory_timeout_s must be > 0, got {self.trajectory_timeout_s}"
+            )
+        # Validates temperature/top_p/top_k the same way every request will.
+        SamplingParams(1, self.temperature, self.top_p, self.top_k)
+
+
+@dataclass(slots=True)
+class RolloutResult:
+    groups: list[list[Trajectory]]  # one list per task: complete, truncated and error trajectories
+    metrics: dict[str, float]
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [t for g in self.groups for t in g]
+
+
+@dataclass(slots=True)
+class _Stats:
+    """Counters of one batch; turned into `RolloutResult.metrics`."""
+
+    started: float = field(default_factory=time.perf_counter)
+    turns: int = 0
+    length_turns: int = 0  # turns ended by max_new_tokens or the context budget
+    env_steps: int = 0
+    env_s: float = 0.0
+    engine_calls: int = 0
+    engine_s: float = 0.0
+    engine_retries: int = 0
+    aborted_generations: int = 0
+    restarted_stale: int = 0
+    dropped_stale: int = 0
+    errors: collections.Counter = field(default_factory=collections.Counter)
+    truncations: collections.Counter = field(default_factory=collections.Counter)
+
+
+class _TrajectoryFailed(Exception):
+    """An expected failure that ends one trajectory with status error."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Stale(Exception):
+    """A running trajectory fell more than max_staleness_steps behind the weights."""
+
+
+class RolloutManager:
+    def __init__(
+        self,
+        engine: Engine,
+        env_factory: Callable[[], TextEnv],
+        tokenizer: Any,
+        cfg: RolloutConfig,
+    ) -> None:
+        self.engine = engine
+        self.env_factory = env_factory
+        self.cfg = cfg
+        self.chat = ChatFormat(tokenizer)
+        self._version = int(engine.weight_version)
+        self._updates = 0  # successful weight updates, to tell a pause's abort from a stray one
+        self._gate = asyncio.Event()  # set = generations may start; cleared during a weight update
+        self._gate.set()
+        self._update_lock = asyncio.Lock()
+        self._live = asyncio.Semaphore(cfg.max_live_trajectories)
+        self._prefetch: collections.deque[asyncio.Task[RolloutResult]] = collections.deque()
+
+    @property
+    def weight_version(self) -> int:
+        return self._version
+
+    # -- public API -----------------------------------------------------------------------------
+    async def collect(self, tasks: list[dict]) -> RolloutResult:
+        """G trajectories per task, grouped by task, filtered for staleness now."""
+        return self._finish(await self._collect_raw(tasks))
+
+    async def update_weights(self, path: str, version: int) -> None:
+        """Pause -> load -> resume. In-flight turns keep their tokens and continue afterwards."""
+        if version <= self._version:
+            raise ValueError(
+                f"weight version must grow: got {version}, current {self._version}; "
+                "pass the learner's step count after the update"
+            )
+        async with self._update_lock:
+            self._gate.clear()
+            try:
+                await self.engine.pause()
+                await self.engine.update_weights(path, version)
+                self._version = version
+                self._updates += 1
+            finally:
+                try:
+                    # Resume even after a failed pause or load: a paused engine would hang every
+                    # later generation. Shielded so a cancel cannot leave the engine paused.
+                    await asyncio.shield(self.engine.resume())
+                finally:
+                    self._gate.set()
+
+    def start_prefetch(self, tasks: list[dict]) -> None:
+        """Begin collecting a batch in the background; `next_batch()` returns it.
+
+        At most `max_prefetch_depth(max_staleness_steps)` batches may be pending: deeper
+        prefetching would only produce trajectories that are dropped as stale.
+        """
+        depth = max_prefetch_depth(self.cfg.max_staleness_steps)
+        if len(self._prefetch) >= depth:
+            raise RuntimeError(
+                f"{len(self._prefetch)} batch(es) already prefetched, the most that "
+                f"max_staleness_steps={self.cfg.max_staleness_steps} allows; call next_batch() first"
+            )
+        self._prefetch.append(asyncio.create_task(self._collect_raw(list(tasks))))
+
+    async def next_batch(self) -> RolloutResult:
+        """The oldest prefetched batch, filtered for staleness against the current weights."""
+        if not self._prefetch:
+            raise RuntimeError("no batch is being prefetched; call start_prefetch(tasks) first")
+        task = self._prefetch.popleft()
+        return self._finish(await task)
+
+    async def aclose(self) -> None:
+        """Cancel pending prefetches and wait for them to wind down."""
+        pending = list(self._prefetch)
+        self._prefetch.clear()
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            try:
+                await task
+            except asyncio.CancelledError:
+                if not task.cancelled():  # we were cancelled ourselves, not just the prefetch
+                    raise
+            except Exception:  # noqa: BLE001 - a failed prefetch nobody will consume
+                log.exception("a prefetched rollout batch failed")
+
+    async def __aenter__(self) -> RolloutManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- batch ----------------------------------------------------------------------------------
+    async def _collect_raw(self, tasks: list[dict]) -> RolloutResult:
+        if not tasks:
+            raise ValueError("collect() needs at least one task row")
+        stats = _Stats()
+        G = self.cfg.num_samples_per_task
+        group_ids = [uuid.uuid4().hex for _ in tasks]
+        results = await _run_all(
+            self._run_trajectory(task, gid, stats)
+            for task, gid in zip(tasks, group_ids, strict=True)
+            for _ in range(G)
+        )
+        groups = [
+            [t for t in results[i * G : (i + 1) * G] if t is not None] for i in range(len(tasks))
+        ]
+        return RolloutResult(groups, _stats_metrics(stats))
+
+    def _finish(self, raw: RolloutResult) -> RolloutResult:
+        report = drop_stale(raw.groups, self._version, self.cfg.max_staleness_steps)
+        metrics = dict(raw.metrics)
+        metrics["rollout/dropped_stale"] = (
+            metrics.get("rollout/dropped_stale", 0.0) + report.dropped
+        )
+        metrics["rollout/staleness_max"] = float(report.max_kept_staleness)
+        metrics["rollout/staleness_mean"] = report.mean_kept_staleness
+        metrics["rollout/weight_version"] = float(self._version)
+        metrics.update(_trajectory_metrics(report.groups))
+        return RolloutResult(report.groups, metrics)
+
+    # -- one trajectory -------------------------------------------------------------------------
+    async def _run_trajectory(self, task: dict, group_id: str, stats: _Stats) -> Trajectory | None:
+        """One sample of `task`; None when it was dropped as stale too often."""
+        async with self._live:
+            for _ in range(_MAX_STALE_RESTARTS + 1):
+                traj = await self._attempt(task, group_id, stats)
+                if traj is not None:
+                    return traj
+                stats.dropped_stale += 1
+            return None
+
+    async def _attempt(self, task: dict, group_id: str, stats: _Stats) -> Trajectory | None:
+        env = self.env_factory()
+        try:
+            messages, _ = env.reset(options={"task": task})
+            traj = Trajectory(
+                self.chat.prompt_ids(messages), task_id=str(task.get("id", "")), group_id=group_id
+            )
+            try:
+                await asyncio.wait_for(
+                    self._episode(env, traj, stats), self.cfg.trajectory_timeout_s
+                )
+            except _Stale:
+                stats.restarted_stale += 1
+                return None
+            except _TrajectoryFailed as exc:
+                _mark_error(traj, exc.kind, str(exc), stats)
+            except asyncio.TimeoutError:
+                msg = f"trajectory deadline of {self.cfg.trajectory_timeout_s} s exceeded"
+                _mark_error(traj, "timeout", msg, stats)
+            return traj
+        finally:
+            env.close()
+
+    async def _episode(self, env: TextEnv, traj: Trajectory, stats: _Stats) -> None:
+        """Consumes model turns and env steps until the env ends the episode or a budget does."""
+        max_turns = self.cfg.max_turns or env.max_turns
+        while True:
+            turn_ids, finish = await self._model_turn(traj, stats)
+            traj.close_turn()
+            traj.num_turns += 1
+            stats.turns += 1
+            stats.length_turns += finish == "length"
+            obs, reward, terminated, truncated, info = await self._env_step(
+                env, self.chat.action_text(turn_ids), stats
+            )
+            traj.reward = float(reward)
+            traj.turn_rewards.append(float(info.get("turn_reward", reward)))
+            if terminated:
+                traj.status = Status.COMPLETE
+                return
+            if truncated or traj.num_turns >= max_turns:
+                return _truncate(traj, "turns", stats)
+            if not obs:
+                raise _TrajectoryFailed(
+                    "env_exception", "env.step returned no messages but did not end the episode"
+                )
+            obs_ids = self.chat.observation_ids(obs, turn_ids)
+            # Room for the observation and at least one more model token, or the episode ends.
+            if traj.num_tokens + len(obs_ids) >= self.cfg.max_context_tokens:
+                return _truncate(traj, "context", stats)
+            traj.append_env(obs_ids)
+
+    async def _model_turn(self, traj: Trajectory, stats: _Stats) -> tuple[list[int], str]:
+        """Generate one model turn; an aborted generation resumes after the weight update."""
+        first_segment = len(traj.segments)
+        produced = 0
+        unexplained_aborts = 0
+        while True:
+            budget = min(
+                self.cfg.max_new_tokens_per_turn - produced,
+                self.cfg.max_context_tokens - traj.num_tokens,
+            )
+            if budget < 1:
+                finish = "length"
+                break
+            if not self._gate.is_set():
+                await self._gate.wait()
+            if is_stale(_oldest_version(traj), self._version, self.cfg.max_staleness_steps):
+                raise _Stale
+            updates_before = self._updates
+            gen = await self._generate(traj, self._sampling(budget), stats)
+            traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version)
+            produced += len(gen.token_ids)
+            if gen.finish_reason != "abort":
+                finish = gen.finish_reason
+                break
+            stats.aborted_generations += 1
+            await self._gate.wait()
+            unexplained_aborts = 0 if self._updates != updates_before else unexplained_aborts + 1
+            if unexplained_aborts > _MAX_UNEXPLAINED_ABORTS:
+                raise _TrajectoryFailed(
+                    "engine",
+                    f"engine aborted the request {unexplained_aborts} times without a weight update",
+                )
+        turn_ids = traj.segments[-1].token_ids if len(traj.segments) > first_segment else []
+        return turn_ids, finish
+
+    def _sampling(self, max_new_tokens: int) -> SamplingParams:
+        c = self.cfg
+        return SamplingParams(
+            max_new_tokens, c.temperature, c.top_p, c.top_k, self.chat.stop_token_ids
+        )
+
+    async def _generate(
+        self, traj: Trajectory, sampling: SamplingParams, stats: _Stats
+    ) -> Generation:
+        """One engine call with bounded retries of retryable engine errors."""
+        input_ids = traj.token_ids
+        last: EngineError | None = None
+        for attempt in range(_ENGINE_ATTEMPTS):
+            if attempt:
+                stats.engine_retries += 1
+                await asyncio.sleep(_ENGINE_BACKOFF_S[min(attempt, len(_ENGINE_BACKOFF_S)) - 1])
+                if not self._gate.is_set():
+                    await self._gate.wait()
+            rid = _request_id(traj)
+            started = time.perf_counter()
+            try:
+                return await self.engine.generate(input_ids, sampling, rid)
+            except EngineRequestError as exc:
+                raise _TrajectoryFailed("engine", f"engine rejected the request: {exc}") from exc
+            except EngineError as exc:
+                last = exc
+            except asyncio.CancelledError:
+                await _abort_quietly(self.engine, rid)
+                raise
+            finally:
+                stats.engine_calls += 1
+                stats.engine_s += time.perf_counter() - started
+        raise _TrajectoryFailed(
+            "engine", f"engine failed {_ENGINE_ATTEMPTS} times: {type(last).__name__}: {last}"
+        ) from last
+
+    async def _env_step(self, env: TextEnv, action: str, stats: _Stats):
+        started = time.perf_counter()
+        try:
+            return await env.astep(action)
+        except InfraError as exc:
+            raise _TrajectoryFailed("env_infra", f"InfraError: {exc}") from exc
+        except Exception as exc:  # an env that raises is reported, never scored
+            raise _TrajectoryFailed("env_exception", f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            stats.env_steps += 1
+            stats.env_s += time.perf_counter() - started
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _oldest_version(traj: Trajectory) -> int | None:
+    # Versions only grow along a trajectory, so the first model token is the oldest one; this
+    # avoids walking every token on every turn.
+    for seg in traj.segments:
+        if seg.kind == "model":
+            return seg.versions[0]  # type: ignore[index]
+    return None
+
+
+def _request_id(traj: Trajectory) -> str:
+    # SGLang aborts by rid PREFIX: "<trajectory uid>-<uuid4 hex>" has a fixed shape, so no rid is
+    # a prefix of another, and the trajectory uid in front lets an engine route sticky by it.
+    return f"{traj.uid}-{uuid.uuid4().hex}"
+
+
+async def _abort_quietly(engine: Engine, rid: str) -> None:
+    """Abort a request we stopped waiting for; shielded so a second cancel cannot cut it short."""
+    try:
+        await asyncio.shield(engine.abort(rid))
+    except EngineError as exc:
+        log.warning("could not abort request %s: %s", rid, exc)
+
+
+def _truncate(traj: Trajectory, reason: str, stats: _Stats) -> None:
+    traj.status = Status.TRUNCATED
+    traj.info["truncated_by"] = reason
+    stats.truncations[reason] += 1
+
+
+def _mark_error(traj: Trajectory, kind: str, message: str, stats: _Stats) -> None:
+    traj.status = Status.ERROR
+    traj.reward = None
+    traj.error = message
+    traj.info["error_kind"] = kind
+    traj.close_turn()
+    stats.errors[kind] += 1
+
+
+async def _run_all(coros: Iterable[Awaitable[T]]) -> list[T]:
+    """Run coroutines concurrently; if one raises (a bug) or we are cancelled, cancel the rest.
+
+    asyncio.TaskGroup semantics on Python 3.10 as well: every task is referenced and awaited.
+    """
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+
+def _stats_metrics(s: _Stats) -> dict[str, float]:
+    wall = time.perf_counter() - s.started
+    m = {
+        "rollout/wall_s": wall,
+        "rollout/turns": float(s.turns),
+        "rollout/turns_per_s": s.turns / wall if wall > 0 else 0.0,
+        "rollout/length_turn_frac": s.length_turns / s.turns if s.turns else 0.0,
+        "rollout/env_steps": float(s.env_steps),
+        "rollout/env_step_s_mean": s.env_s / s.env_steps if s.env_steps else 0.0,
+        "rollout/env_step_s_total": s.env_s,
+        "rollout/engine_calls": float(s.engine_calls),
+        "rollout/engine_s_mean": s.engine_s / s.engine_calls if s.engine_calls else 0.0,
+        "rollout/engine_retries": float(s.engine_retries),
+        "rollout/aborted_generations": float(s.aborted_generations),
+        "rollout/restarted_stale": float(s.restarted_stale),
+        "rollout/dropped_stale": float(s.dropped_stale),
+    }
+    for kind in ("engine", "env_infra", "env_exception", "timeout"):
+        m[f"rollout/error_{kind}"] = float(s.errors[kind])
+    for reason in ("turns", "context"):
+        m[f"rollout/truncated_by_{reason}"] = float(s.truncations[reason])
+    return m
+
+
+def _trajectory_metrics(groups: list[list[Trajectory]]) -> dict[str, float]:
+    trajs = [t for g in groups for t in g]
+    n = len(trajs)
+    m: dict[str, float] = {"rollout/trajectories": float(n), "rollout/groups": float(len(groups))}
+    for status in Status:
+        count = sum(t.status == status for t in trajs)
+        m[f"rollout/{status.value}"] = float(count)
+        m[f"rollout/{status.value}_frac"] = count / n if n else 0.0
+    scored = [t for t in trajs if t.trainable]
+    m["rollout/reward_mean"] = sum(t.reward for t in scored) / len(scored) if scored else 0.0  # type: ignore[misc]
+    m["rollout/response_tokens_mean"] = sum(t.num_model_tokens for t in trajs) / n if n else 0.0
+    m["rollout/tokens_mean"] = sum(t.num_tokens for t in trajs) / n if n else 0.0
+    m["rollout/num_turns_mean"] = sum(t.num_turns for t in trajs) / n if n else 0.0
+    m["rollout/mixed_version_trajectories"] = float(sum(len(set(t.versions)) > 1 for t in trajs))
+    spread = [g for g in groups if len([t for t in g if t.trainable]) >= 2]
+    zero = sum(len({t.reward for t in g if t.trainable}) == 1 for g in spread)
+    m["rollout/zero_spread_group_frac"] = zero / len(spread) if spread else 0.0
+    return m
