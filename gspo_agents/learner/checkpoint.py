@@ -1,0 +1,205 @@
+"""Checkpoints (torch.distributed.checkpoint) and HF-format export of the possibly sharded model.
+
+A checkpoint directory holds:
+  dcp/            model and optimizer state, each rank writing its shards (DCP format)
+  trainer.pt      step, scheduler, counters and the caller's extra_state (rank 0)
+  rng_rank{r}.pt  RNG states of rank r
+Writes go to `<dir>.tmp` and are renamed into place only when complete, so a process killed at any
+moment leaves either the previous checkpoint or the new one, never a torn one. The previous
+checkpoint is kept as `<dir>.old` during the swap and used if the swap itself was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+
+from gspo_agents.learner.errors import CheckpointError
+from gspo_agents.learner.parallel import ProcessInfo, barrier
+
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".safetensors.index.json",
+    ".bin.index.json",
+)
+MAX_SHARD_BYTES = 5 * 1024**3
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints
+# --------------------------------------------------------------------------------------------
+def save(
+    ckpt_dir: str,
+    info: ProcessInfo,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict,
+) -> None:
+    final = Path(ckpt_dir)
+    tmp = final.with_name(final.name + ".tmp")
+    if info.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier(info)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+    torch.save(_rng_state(), tmp / f"rng_rank{info.rank}.pt")
+    if info.rank == 0:
+        torch.save({**trainer_state, "world_size": info.world_size}, tmp / "trainer.pt")
+    barrier(info)
+    if info.rank == 0:
+        _swap_into_place(tmp, final)
+    barrier(info)
+
+
+def _swap_into_place(tmp: Path, final: Path) -> None:
+    old = final.with_name(final.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(final.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resolve(ckpt_dir: str) -> Path:
+    """The complete checkpoint at `ckpt_dir`, or the previous one if a swap was interrupted."""
+    final = Path(ckpt_dir)
+    for candidate in (final, final.with_name(final.name + ".old")):
+        if (candidate / "trainer.pt").is_file() and (candidate / "dcp").is_dir():
+            return candidate
+    raise CheckpointError(
+        f"no complete checkpoint at {ckpt_dir} (expected trainer.pt and dcp/); "
+        "start without resume or point to the run's checkpoint directory"
+    )
+
+
+def load(
+    ckpt_dir: str, info: ProcessInfo, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> dict:
+    path = resolve(ckpt_dir)
+    trainer_state = torch.load(path / "trainer.pt", weights_only=False)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd}
+    try:
+        dcp.load(state, checkpoint_id=str(path / "dcp"))
+    except Exception as exc:  # DCP raises a variety of errors on a mismatched model
+        raise CheckpointError(f"checkpoint {path} does not match this model: {exc}") from exc
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+    rng_file = path / f"rng_rank{info.rank}.pt"
+    if trainer_state.get("world_size") == info.world_size and rng_file.is_file():
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    return trainer_state
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --------------------------------------------------------------------------------------------
+# HF export
+# --------------------------------------------------------------------------------------------
+def export_hf(
+    out_dir: str, info: ProcessInfo, model: nn.Module, source_dir: str, dtype: torch.dtype
+) -> str:
+    """Gather full tensors and write an HF directory: safetensors + the source's config/tokenizer.
+
+    All ranks must call (the gather is collective); rank 0 writes. The directory appears complete
+    or not at all (written to `<out_dir>.tmp`, then renamed).
+    """
+    from safetensors.torch import save_file
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    if info.rank == 0:
+        final = Path(out_dir)
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        _copy_non_weight_files(Path(source_dir), tmp)
+        shards = _shards(_export_tensors(state, model, dtype))
+        for name, shard in shards.items():
+            save_file(shard, str(tmp / name), metadata={"format": "pt"})
+        _write_shard_index(tmp, shards)
+        _swap_into_place(tmp, final)
+    barrier(info)
+    return str(Path(out_dir))
+
+
+def _copy_non_weight_files(src: Path, dst: Path) -> None:
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith(WEIGHT_SUFFIXES):
+            shutil.copy2(f, dst / f.name)
+
+
+def _export_tensors(state: dict, model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    out = {}
+    for name, t in state.items():
+        if tied and name == "lm_head.weight":
+            continue  # stored once, as the input embedding
+        t = t.detach()
+        out[name] = (t.to(dtype) if t.is_floating_point() else t).contiguous()
+    return out
+
+
+def _shards(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    if total <= MAX_SHARD_BYTES:
+        return {"model.safetensors": tensors}
+    groups: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if groups[-1] and size + nbytes > MAX_SHARD_BYTES:
+            groups.append({})
+            size = 0
+        groups[-1][name] = t
+        size += nbytes
+    n = len(groups)
+    return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
+
+
+def _write_shard_index(out_dir: Path, shards: dict[str, dict[str, torch.Tensor]]) -> None:
+    if len(shards) == 1:
+        return
+    weight_map = {name: fname for fname, g in shards.items() for name in g}
+    total = sum(t.numel() * t.element_size() for g in shards.values() for t in g.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))

@@ -1,0 +1,48 @@
+"""The learner's own config schema: what one GSPO update needs, nothing about rollouts or envs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gspo_agents.objectives import get_objective
+
+MixedPrecision = Literal["auto", "fp32", "bf16"]
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerConfig:
+    algorithm: Literal["gspo", "gspo_token", "grpo"] = "gspo"
+    eps_low: float | None = None  # None: the algorithm's default (GSPO 3e-4, GRPO 0.2)
+    eps_high: float | None = None  # None: the algorithm's default (GSPO 4e-4, GRPO 0.27)
+    lr: float = 1e-4
+    weight_decay: float = 0.0  # AdamW decoupled decay, on matrices only (not norms or biases)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0  # optimizer steps of linear warm-up, then constant
+    max_grad_norm: float = 1.0  # clip the global grad norm to this; <= 0 disables clipping
+    num_minibatches: int = 4  # optimizer steps per rollout batch
+    micro_batch_tokens: int = 4096  # padded tokens (rows x longest row) per forward/backward
+    temperature: float = 1.0  # the rollout temperature: log-probs are log_softmax(logits / T)
+    activation_checkpointing: bool = False
+    mixed_precision: MixedPrecision = (
+        "auto"  # auto: bf16 params with fp32 reduce on CUDA, fp32 on CPU
+    )
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        get_objective(self.algorithm)  # raises with the valid names
+        positive = {
+            "lr": self.lr,
+            "num_minibatches": self.num_minibatches,
+            "micro_batch_tokens": self.micro_batch_tokens,
+            "temperature": self.temperature,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise ValueError(f"LearnerConfig.{name} must be > 0, got {value!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"LearnerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.mixed_precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(
+                f"LearnerConfig.mixed_precision={self.mixed_precision!r}; choose auto, fp32 or bf16"
+            )

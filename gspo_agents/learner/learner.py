@@ -1,0 +1,357 @@
+"""The learner: GSPO updates of an HF causal LM, single-process or FSDP2 under torchrun.
+
+One `update(batch)` takes the same global rollout batch on every rank and makes
+`num_minibatches` optimizer steps. Each rank trains on its strided share of each minibatch, in
+micro-batches under a padded-token budget with gradient accumulation; every loss is normalised by
+the GLOBAL minibatch size, so 1 rank and k ranks compute the same step (tests prove it).
+
+It does not know about engines, HTTP or environments: weights leave as an HF directory
+(`export_hf`) and trajectories arrive as a `FlatBatch`.
+
+Shape legend: B rows of the batch, T padded positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from gspo_agents.learner import checkpoint
+from gspo_agents.learner.batching import rank_rows, split_minibatches, token_budget_microbatches
+from gspo_agents.learner.config import LearnerConfig
+from gspo_agents.learner.errors import BatchError
+from gspo_agents.learner.moe import RouterRecorder, differing_expert_sets
+from gspo_agents.learner.parallel import (
+    ProcessInfo,
+    all_reduce_,
+    close_process,
+    init_process,
+    set_gradient_sync,
+    shard_model,
+    use_bf16,
+)
+from gspo_agents.learner.stats import MinibatchStats, mean_over
+from gspo_agents.logprobs import token_logprobs
+from gspo_agents.objectives import get_objective, policy_loss
+from gspo_agents.trajectory import FlatBatch
+
+Rows = list[int] | None  # None: a dummy micro-batch that keeps FSDP collectives in step
+
+
+@dataclass(slots=True)
+class _Probe:
+    """What the first minibatch measures before any weight changes (per rank, then reduced)."""
+
+    gap_sum: float = 0.0
+    gap_max: float = 0.0
+    gap_count: float = 0.0
+    micro: list[Rows] = field(default_factory=list)
+    routes: list[torch.Tensor | None] = field(default_factory=list)  # [layers, tokens, k]
+
+
+class Learner:
+    def __init__(self, model_path: str, cfg: LearnerConfig) -> None:
+        self.cfg = cfg
+        self.model_path = str(model_path)
+        self._info: ProcessInfo = init_process()
+        self.rank = self._info.rank
+        self.world_size = self._info.world_size
+        self.is_main = self.rank == 0
+        self.device = self._info.device
+        torch.manual_seed(cfg.seed)
+        self._bf16 = use_bf16(cfg.mixed_precision, self.device)
+        self.model, self._export_dtype = _load_model(self.model_path, self.device)
+        self._routers = RouterRecorder(self.model)  # hooks before sharding: plain module paths
+        if cfg.activation_checkpointing:
+            self.model.gradient_checkpointing_enable({"use_reentrant": False})
+        if self._info.distributed:
+            shard_model(self.model, self._bf16)
+        # single-process CUDA gets bf16 through autocast; under FSDP the MixedPrecisionPolicy does it
+        self._autocast = self._bf16 and not self._info.distributed
+        self.optimizer = _build_optimizer(self.model, cfg, self.device)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self._objective = get_objective(cfg.algorithm)
+        self.step = 0  # optimizer steps taken
+        self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
+
+    # ----------------------------------------------------------------------------------------
+    # public API
+    # ----------------------------------------------------------------------------------------
+    @property
+    def pad_token_id(self) -> int:
+        config = self.model.config
+        pad = getattr(config, "pad_token_id", None)
+        if pad is None:
+            eos = getattr(config, "eos_token_id", None)
+            pad = eos[0] if isinstance(eos, list) else eos
+        return int(pad or 0)
+
+    def update(self, batch: FlatBatch) -> dict[str, float]:
+        """Train on one rollout batch: one optimizer step per minibatch. All ranks call."""
+        self._check_batch(batch)
+        start = time.perf_counter()
+        self.model.train()
+        lengths = batch.attention_mask_BT.sum(dim=1).tolist()
+        per_minibatch, probe, skipped = [], _Probe(), 0
+        for i, rows in enumerate(split_minibatches(batch.num_sequences, self.cfg.num_minibatches)):
+            stats, grad_norm, stepped = self._train_minibatch(
+                batch, rows, lengths, probe if i == 0 else None
+            )
+            per_minibatch.append({**stats, "grad_norm": grad_norm})
+            skipped += 0 if stepped else 1
+        metrics = mean_over(per_minibatch)
+        metrics.update(self._probe_metrics(batch, probe))
+        elapsed = time.perf_counter() - start
+        metrics.update(
+            grad_norm_max=max(m["grad_norm"] for m in per_minibatch),
+            lr=self.scheduler.get_last_lr()[0],
+            skipped_steps=float(skipped),
+            optimizer_steps=float(self.step),
+            num_minibatches=float(len(per_minibatch)),
+            update_time_s=elapsed,
+            update_tokens_per_s=float(sum(lengths)) / max(elapsed, 1e-9),
+        )
+        return metrics
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: FlatBatch) -> torch.Tensor:
+        """The current policy's log-probs of every token, [B, T] on CPU. All ranks call."""
+        self._check_batch(batch)
+        self.model.eval()
+        lengths = batch.attention_mask_BT.sum(dim=1).tolist()
+        out_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
+        mine = rank_rows(list(range(batch.num_sequences)), self.rank, self.world_size)
+        for rows in self._synced_microbatches(mine, lengths):
+            lp_BT, T = self._logprobs(self._micro(batch, rows, lengths))
+            if rows is not None:
+                out_BT[rows, :T] = lp_BT
+        return all_reduce_(out_BT, self._info).cpu()
+
+    def export_hf(self, out_dir: str) -> str:
+        """Write the full model as an HF directory (rank 0); all ranks call. Returns out_dir."""
+        return checkpoint.export_hf(
+            out_dir, self._info, self.model, self.model_path, self._export_dtype
+        )
+
+    def save_checkpoint(self, ckpt_dir: str, extra_state: dict) -> None:
+        """Model, optimizer, scheduler, step, RNG and the caller's extra_state; atomic."""
+        trainer_state = {
+            "step": self.step,
+            "skipped_steps": self.skipped_steps,
+            "scheduler": self.scheduler.state_dict(),
+            "extra_state": extra_state,
+        }
+        checkpoint.save(ckpt_dir, self._info, self.model, self.optimizer, trainer_state)
+
+    def load_checkpoint(self, ckpt_dir: str) -> dict:
+        """Restore everything `save_checkpoint` wrote; returns the caller's extra_state."""
+        state = checkpoint.load(ckpt_dir, self._info, self.model, self.optimizer)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        self.skipped_steps = int(state["skipped_steps"])
+        return state["extra_state"]
+
+    def close(self) -> None:
+        self._routers.close()
+        close_process(self._info)
+
+    # ----------------------------------------------------------------------------------------
+    # one minibatch
+    # ----------------------------------------------------------------------------------------
+    def _train_minibatch(
+        self, batch: FlatBatch, rows: list[int], lengths: list[int], probe: _Probe | None
+    ) -> tuple[dict[str, float], float, bool]:
+        stats = MinibatchStats(self._objective.ratio_level)
+        micro = self._synced_microbatches(rank_rows(rows, self.rank, self.world_size), lengths)
+        for j, micro_rows in enumerate(micro):
+            set_gradient_sync(self.model, j == len(micro) - 1)
+            mb = self._micro(batch, micro_rows, lengths)
+            record = probe is not None and micro_rows is not None and self._routers.enabled
+            with self._routers.recording() if record else _null() as routes:
+                lp_BT, _ = self._logprobs(mb)
+            loss, metrics = self._loss(lp_BT, mb, num_sequences=len(rows))
+            # FSDP averages gradients over ranks; the loss is already a share of the global
+            # minibatch, so scale back up to make the reduction a sum.
+            (loss * self.world_size).backward()
+            if micro_rows is not None:
+                stats.add(loss, metrics)
+            if probe is not None:
+                self._record_probe(probe, micro_rows, lp_BT, mb, routes)
+        grad_norm, stepped = self._optimizer_step(stats.sums["loss"])
+        return stats.reduce(self._info), grad_norm, stepped
+
+    def _optimizer_step(self, local_loss: float) -> tuple[float, bool]:
+        """Clip and step, unless the loss or gradient is non-finite anywhere (then skip)."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        bad = torch.tensor([0.0 if math.isfinite(local_loss) else 1.0], device=self.device)
+        finite = float(all_reduce_(bad, self._info)) == 0.0 and math.isfinite(norm)
+        if finite:
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+        else:
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm, finite
+
+    def _loss(self, lp_BT: torch.Tensor, mb: FlatBatch, num_sequences: int):
+        d = self.device
+        return policy_loss(
+            lp_BT,
+            mb.old_logprobs_BT.to(d),
+            mb.advantages_BT.to(d),
+            mb.loss_mask_BT.to(d),
+            algorithm=self.cfg.algorithm,
+            eps_low=self.cfg.eps_low,
+            eps_high=self.cfg.eps_high,
+            num_sequences=num_sequences,
+        )
+
+    def _logprobs(self, mb: FlatBatch) -> tuple[torch.Tensor, int]:
+        ids_BT = mb.input_ids_BT.to(self.device)
+        attn_BT = mb.attention_mask_BT.to(self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+            logits_BTV = self.model(
+                input_ids=ids_BT, attention_mask=attn_BT, use_cache=False
+            ).logits
+        return token_logprobs(logits_BTV, ids_BT, self.cfg.temperature), ids_BT.shape[1]
+
+    # ----------------------------------------------------------------------------------------
+    # micro-batches
+    # ----------------------------------------------------------------------------------------
+    def _synced_microbatches(self, rows: list[int], lengths: list[int]) -> list[Rows]:
+        """This rank's micro-batches, padded with dummies to the most any rank has.
+
+        Under FSDP every forward/backward is collective, so all ranks run the same count.
+        """
+        micro: list[Rows] = list(
+            token_budget_microbatches(rows, [lengths[r] for r in rows], self.cfg.micro_batch_tokens)
+        )
+        count = torch.tensor([len(micro)], device=self.device)
+        most = int(all_reduce_(count, self._info, torch.distributed.ReduceOp.MAX))
+        return micro + [None] * (most - len(micro))
+
+    @staticmethod
+    def _micro(batch: FlatBatch, rows: Rows, lengths: list[int]) -> FlatBatch:
+        if rows is not None:
+            return batch.select(rows)
+        # a one-row, two-token micro-batch with nothing to learn: gradient exactly zero
+        dummy = batch.select([0])
+        n = min(2, dummy.input_ids_BT.shape[1])
+        return FlatBatch(
+            dummy.input_ids_BT[:, :n],
+            dummy.attention_mask_BT[:, :n],
+            torch.zeros_like(dummy.loss_mask_BT[:, :n]),
+            dummy.old_logprobs_BT[:, :n],
+            dummy.advantages_BT[:, :n],
+            dummy.versions_BT[:, :n],
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # probes: engine-vs-learner gap and expert volatility
+    # ----------------------------------------------------------------------------------------
+    def _record_probe(self, probe: _Probe, rows: Rows, lp_BT, mb: FlatBatch, routes) -> None:
+        probe.micro.append(rows)
+        probe.routes.append(routes[0] if routes else None)
+        if rows is None:
+            return
+        mask = mb.loss_mask_BT.to(self.device).bool()
+        gap = (lp_BT.detach() - mb.old_logprobs_BT.to(self.device)).abs()[mask]
+        if gap.numel():
+            probe.gap_sum += float(gap.sum())
+            probe.gap_max = max(probe.gap_max, float(gap.max()))
+            probe.gap_count += gap.numel()
+
+    def _probe_metrics(self, batch: FlatBatch, probe: _Probe) -> dict[str, float]:
+        d = self.device
+        sums = all_reduce_(torch.tensor([probe.gap_sum, probe.gap_count], device=d), self._info)
+        gap_max = all_reduce_(torch.tensor([probe.gap_max], device=d), self._info, _MAX)
+        out = {
+            "logprob_gap_abs_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0,
+            "logprob_gap_abs_max": float(gap_max),
+        }
+        if self._routers.enabled:
+            out["expert_volatility"] = self._expert_volatility(batch, probe)
+        return out
+
+    @torch.no_grad()
+    def _expert_volatility(self, batch: FlatBatch, probe: _Probe) -> float:
+        """Re-route the first minibatch's tokens under the updated weights and compare."""
+        lengths = batch.attention_mask_BT.sum(dim=1).tolist()
+        counts = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for rows, before in zip(probe.micro, probe.routes, strict=True):
+            mb = self._micro(batch, rows, lengths)
+            with self._routers.recording() as after:
+                self._logprobs(mb)
+            if rows is None or before is None or not after:
+                continue
+            differ, total = differing_expert_sets(
+                before, after[0], mb.attention_mask_BT.reshape(-1)
+            )
+            counts += torch.tensor([differ, total], dtype=torch.float64, device=self.device)
+        all_reduce_(counts, self._info)
+        return float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
+
+    # ----------------------------------------------------------------------------------------
+    def _lr_factor(self, step: int) -> float:
+        warmup = self.cfg.warmup_steps
+        return 1.0 if warmup == 0 else min(1.0, (step + 1) / warmup)
+
+    def _check_batch(self, batch: FlatBatch) -> None:
+        if not isinstance(batch, FlatBatch):
+            raise BatchError(f"update needs a FlatBatch, got {type(batch).__name__}")
+        if batch.num_sequences == 0 or batch.input_ids_BT.shape[1] == 0:
+            raise BatchError("cannot train on an empty batch")
+        vocab = self.model.config.get_text_config().vocab_size
+        top = int(batch.input_ids_BT.max())
+        if top >= vocab:
+            raise BatchError(
+                f"token id {top} >= the model's vocab size {vocab}: the batch was tokenized for "
+                "another model (check model.path and the engine's tokenizer)"
+            )
+
+
+_MAX = torch.distributed.ReduceOp.MAX
+
+
+class _null:
+    """`with` target that yields an empty list (no router recording)."""
+
+    def __enter__(self) -> list:
+        return []
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _load_model(model_path: str, device: torch.device) -> tuple[nn.Module, torch.dtype]:
+    """fp32 master weights on `device`; returns the model and the checkpoint's own dtype."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path)
+    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    saved_dtype = getattr(torch, saved) if isinstance(saved, str) else (saved or torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.config.use_cache = False
+    return model.to(device), saved_dtype
+
+
+def _build_optimizer(model: nn.Module, cfg: LearnerConfig, device: torch.device):
+    """AdamW; decay on matrices only (norm scales and biases keep their values)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), foreach=True, fused=False)
+
+
+__all__ = ["Learner", "LearnerConfig"]
