@@ -1,0 +1,1 @@
+print("YES" if sorted(input()) == sorted(input()) else "NO")

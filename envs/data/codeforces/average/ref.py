@@ -1,0 +1,3 @@
+input()
+a = list(map(int, input().split()))
+print(sum(a) / len(a))

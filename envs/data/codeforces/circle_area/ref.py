@@ -1,0 +1,3 @@
+import math
+r = int(input())
+print(math.pi * r * r)

@@ -1,0 +1,2 @@
+s = input()
+print(s.count(input()))

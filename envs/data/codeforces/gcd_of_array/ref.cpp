@@ -1,0 +1,10 @@
+#include <bits/stdc++.h>
+using namespace std;
+int main() {
+    int n;
+    cin >> n;
+    long long g = 0, x;
+    for (int i = 0; i < n; i++) { cin >> x; g = __gcd(g, x); }
+    cout << g << endl;
+    return 0;
+}

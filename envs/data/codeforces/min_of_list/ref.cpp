@@ -1,0 +1,10 @@
+#include <bits/stdc++.h>
+using namespace std;
+int main() {
+    int n;
+    cin >> n;
+    long long m = LLONG_MAX, x;
+    for (int i = 0; i < n; i++) { cin >> x; m = min(m, x); }
+    cout << m << endl;
+    return 0;
+}

@@ -1,0 +1,2 @@
+input()
+print(min(map(int, input().split())))

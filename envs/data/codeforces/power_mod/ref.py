@@ -1,0 +1,2 @@
+a, b, m = map(int, input().split())
+print(pow(a, b, m))

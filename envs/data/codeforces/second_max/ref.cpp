@@ -1,0 +1,11 @@
+#include <bits/stdc++.h>
+using namespace std;
+int main() {
+    int n;
+    cin >> n;
+    set<long long> s;
+    for (int i = 0; i < n; i++) { long long x; cin >> x; s.insert(x); }
+    if (s.size() < 2) cout << -1 << endl;
+    else cout << *next(s.rbegin()) << endl;
+    return 0;
+}

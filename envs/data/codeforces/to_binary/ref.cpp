@@ -1,0 +1,11 @@
+#include <bits/stdc++.h>
+using namespace std;
+int main() {
+    unsigned long long n;
+    cin >> n;
+    string s;
+    do { s += char('0' + n % 2); n /= 2; } while (n);
+    reverse(s.begin(), s.end());
+    cout << s << endl;
+    return 0;
+}
