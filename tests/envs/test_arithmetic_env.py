@@ -74,6 +74,8 @@ def test_prompt_is_short():
         ("x" * (1 << 20) + "\\boxed{19}", 1.0, True),
         ("\\boxed{" + "9" * 5000 + "}", 0.0, False),
     ],
+    ids=["boxed", "spaces", "wrong", "last-box", "no-box", "float", "word", "empty", "unclosed",
+         "surrogates", "1MB-unbalanced", "1MB-then-box", "huge-number"],
 )
 def test_rewards(text, reward, format_ok):
     env = ArithmeticEnv(1)
