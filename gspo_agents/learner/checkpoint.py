@@ -15,6 +15,8 @@ import json
 import os
 import random
 import shutil
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -58,7 +60,8 @@ def save(
         tmp.mkdir(parents=True)
     barrier(info)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+    with _quiet_single_process(info):
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
     torch.save(_rng_state(), tmp / f"rng_rank{info.rank}.pt")
     if info.rank == 0:
         torch.save({**trainer_state, "world_size": info.world_size}, tmp / "trainer.pt")
@@ -66,6 +69,15 @@ def save(
     if info.rank == 0:
         _swap_into_place(tmp, final)
     barrier(info)
+
+
+@contextmanager
+def _quiet_single_process(info: ProcessInfo):
+    """DCP warns that it runs without a process group; single-process is intended here."""
+    with warnings.catch_warnings():
+        if not info.distributed:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 def _swap_into_place(tmp: Path, final: Path) -> None:
@@ -106,7 +118,8 @@ def load(
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     try:
-        dcp.load(state, checkpoint_id=str(path / "dcp"))
+        with _quiet_single_process(info):
+            dcp.load(state, checkpoint_id=str(path / "dcp"))
     except Exception as exc:  # DCP raises a variety of errors on a mismatched model
         raise CheckpointError(f"checkpoint {path} does not match this model: {exc}") from exc
     set_state_dict(
