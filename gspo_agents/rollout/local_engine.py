@@ -21,6 +21,7 @@ Shape legend: B rows in the running batch, L cache length (incl. left padding), 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import threading
 import time
@@ -205,13 +206,24 @@ class LocalEngine:
         return int(self._model.config.max_position_embeddings)
 
     @property
+    def max_batch_size(self) -> int:
+        return self._max_batch
+
+    @property
     def vocab_size(self) -> int:
         return int(self._model.config.vocab_size)
 
     async def generate(
-        self, input_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        ignore_eos: bool = False,
     ) -> Generation:
-        request = self._submit(list(input_ids), sampling, request_id)
+        """Continue `input_ids`; stops at `sampling.stop_token_ids` and, unless `ignore_eos`,
+        at the model's eos (SGLang's default)."""
+        request = self._submit(list(input_ids), sampling, request_id, ignore_eos)
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -245,6 +257,35 @@ class LocalEngine:
                 f"checkpoint {path!r} has vocab_size {model.config.vocab_size}, the engine's model "
                 f"has {self._model.config.vocab_size}: update_weights needs the same architecture"
             )
+        await self._swap_in(model, version)
+        self.model_path = path
+
+    async def update_weights_from_tensors(
+        self, named_tensors: dict[str, torch.Tensor], version: int
+    ) -> None:
+        """Replace the named parameters (names of the in-memory model's state_dict), as the
+        distributed weight update delivers them; the rest stay as they are."""
+        own = self._model.state_dict()
+        unknown = sorted(set(named_tensors) - set(own))
+        if unknown:
+            raise EngineRequestError(
+                f"unknown parameter names {unknown[:5]} (of {len(unknown)}); send the names of "
+                "the model's state_dict"
+            )
+        for name, tensor in named_tensors.items():
+            if tuple(tensor.shape) != tuple(own[name].shape):
+                raise EngineRequestError(
+                    f"{name}: shape {tuple(tensor.shape)} != model's {tuple(own[name].shape)}"
+                )
+
+        def build() -> torch.nn.Module:
+            model = copy.deepcopy(self._model)
+            model.load_state_dict(named_tensors, strict=False)
+            return model
+
+        await self._swap_in(await asyncio.to_thread(build), version)
+
+    async def _swap_in(self, model: torch.nn.Module, version: int) -> None:
         swap = _Swap(model, version)
         with self._cond:
             if self._closed:
@@ -254,7 +295,6 @@ class LocalEngine:
         await asyncio.to_thread(swap.done.wait)
         if self._version != version:
             raise EngineError("LocalEngine closed before the weight update was applied")
-        self.model_path = path
 
     async def health(self) -> bool:
         return self._worker.is_alive() and not self._closed
@@ -270,7 +310,14 @@ class LocalEngine:
 
     # --- submission and control (any thread, under the lock) -----------------------------------
 
-    def _submit(self, input_ids: list[int], sampling: SamplingParams, rid: str) -> _Request:
+    def request_ids(self) -> list[str]:
+        """Ids of the requests waiting or running now."""
+        with self._cond:
+            return list(self._live)
+
+    def _submit(
+        self, input_ids: list[int], sampling: SamplingParams, rid: str, ignore_eos: bool
+    ) -> _Request:
         self._validate(input_ids, sampling, rid)
         loop = asyncio.get_running_loop()
         gen = None if sampling.seed is None else torch.Generator().manual_seed(sampling.seed)
@@ -278,7 +325,8 @@ class LocalEngine:
             rid=rid,
             prompt=input_ids,
             sampling=sampling,
-            stop_ids=frozenset(sampling.stop_token_ids) | self._eos_ids,
+            stop_ids=frozenset(sampling.stop_token_ids)
+            | (frozenset() if ignore_eos else self._eos_ids),
             loop=loop,
             future=loop.create_future(),
             generator=gen,
@@ -340,7 +388,7 @@ class LocalEngine:
                 "e2e_latency": time.perf_counter() - request.submitted_at,
             },
         )
-        request.loop.call_soon_threadsafe(_resolve, request.future, generation)
+        _post(request.loop, _resolve, request.future, generation)
 
     # --- worker thread -------------------------------------------------------------------------
 
@@ -366,7 +414,7 @@ class LocalEngine:
                 with self._cond:
                     for request in batch.rows + admitted:
                         self._live.pop(request.rid, None)
-                        request.loop.call_soon_threadsafe(_fail, request.future, exc)
+                        _post(request.loop, _fail, request.future, exc)
                     batch = _Batch()
                     self._running = 0
                     self._cond.notify_all()
@@ -510,6 +558,13 @@ def _reason(request: _Request, matched: int | None) -> FinishReason:
         return "length"
     assert request.aborted, "a row retires only when stopped, at its length, or aborted"
     return "abort"
+
+
+def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more
+        pass
 
 
 def _resolve(future: asyncio.Future, generation: Generation) -> None:

@@ -1,0 +1,365 @@
+"""The SGLang-compatible HTTP subset, served by a LocalEngine (Starlette app).
+
+Not SGLang: a CPU server for the subset of SGLang's native API the rollout side uses, with
+SGLang's request and response JSON shapes (see shared/SGLANG.md), so the SGLangEngine client runs
+over real HTTP in tests and a CPU-only user has a server. Endpoints:
+
+  POST /generate                      input_ids (one list, or a list of lists for a batch),
+                                      sampling_params, return_logprob, rid
+  GET  /health, /health_generate      200, or 503 once the engine is closed
+  GET  /get_model_info                model_path, weight_version, ...
+  GET  /get_server_info, /server_info what the client probes at start
+  POST /abort_request                 {"rid", "abort_all"}: rid matches by PREFIX, as SGLang does
+  POST /pause_generation              {"mode": "abort"}: in-flight requests return 'abort'
+  POST /continue_generation
+  POST /update_weights_from_disk      {"model_path", "weight_version", "abort_all_requests", ...}
+  POST /init_weights_update_group     {master_address, master_port, rank_offset, world_size,
+                                      group_name, backend} (backend gloo here; nccl needs GPUs)
+  POST /update_weights_from_distributed {names, dtypes, shapes, group_name, weight_version}
+  POST /flush_cache                   a no-op: the local engine keeps no prefix cache
+
+Differences from SGLang: weight versions must be integer strings (our Engine protocol counts
+versions); only pause mode "abort" exists; `text` is decoded only when a tokenizer is present.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import torch
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from gspo_agents.rollout.engine import EngineError, EngineRequestError, Generation, SamplingParams
+from gspo_agents.rollout.local_engine import LocalEngine
+
+log = logging.getLogger(__name__)
+
+SERVER_VERSION = "gspo-agents-local/0.1"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class BadRequest(Exception):
+    """A request the server cannot serve; answered with HTTP 400 and this message."""
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "code": status}, "success": False, "message": message},
+        status_code=status,
+    )
+
+
+def parse_sampling(params: dict[str, Any]) -> tuple[SamplingParams, bool]:
+    """SGLang sampling_params → (SamplingParams, ignore_eos). Temperature 0 means greedy, as in
+    SGLang (temperature 1, top_k 1)."""
+    temperature = float(params.get("temperature", 1.0))
+    top_k = int(params.get("top_k", -1))
+    if temperature < 1e-6:
+        temperature, top_k = 1.0, 1
+    seed = params.get("sampling_seed", params.get("seed"))
+    try:
+        sampling = SamplingParams(
+            max_new_tokens=int(params.get("max_new_tokens", 128)),
+            temperature=temperature,
+            top_p=float(params.get("top_p", 1.0)),
+            top_k=top_k,
+            stop_token_ids=tuple(int(t) for t in params.get("stop_token_ids") or ()),
+            seed=None if seed is None else int(seed),
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"bad sampling_params: {exc}") from exc
+    return sampling, bool(params.get("ignore_eos", False))
+
+
+def finish_reason_json(gen: Generation) -> dict[str, Any]:
+    if gen.finish_reason == "stop":
+        return {"type": "stop", "matched": gen.meta.get("matched")}
+    if gen.finish_reason == "length":
+        return {"type": "length", "length": len(gen.token_ids)}
+    return {"type": "abort", "message": "Abort request"}
+
+
+def parse_version(raw: Any, current: int) -> int:
+    if raw is None:
+        return current + 1
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise BadRequest(
+            f"weight_version={raw!r}: this server counts versions, send an integer string"
+        ) from None
+
+
+class LocalServer:
+    """Request handlers over one LocalEngine. Build the app with `build_app`."""
+
+    def __init__(self, engine: LocalEngine, tokenizer=None) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.started_at = time.time()
+        self.weight_groups: dict[str, Any] = {}  # group_name -> torch ProcessGroup
+
+    # --- generation ------------------------------------------------------------------------
+
+    async def generate(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        input_ids = body.get("input_ids")
+        if input_ids is None:
+            raise BadRequest("send input_ids (token ids); this server does not take text")
+        sampling, ignore_eos = parse_sampling(body.get("sampling_params") or {})
+        batched = bool(input_ids) and isinstance(input_ids[0], list)
+        prompts = input_ids if batched else [input_ids]
+        rids = body.get("rid")
+        if rids is None:
+            rids = [uuid.uuid4().hex for _ in prompts]
+        elif not batched:
+            rids = [rids]
+        if not isinstance(rids, list) or len(rids) != len(prompts):
+            raise BadRequest("rid must be a string, or a list with one rid per input_ids row")
+        want_logprobs = bool(body.get("return_logprob", False))
+        calls = [
+            self.engine.generate(list(map(int, p)), sampling, str(r), ignore_eos=ignore_eos)
+            for p, r in zip(prompts, rids, strict=True)
+        ]
+        gens = await _unless_disconnected(request, asyncio.gather(*calls))
+        if gens is None:
+            return _error("client disconnected", 499)  # nobody reads this; the work is cancelled
+        out = [
+            self._generation_json(g, str(r), want_logprobs) for g, r in zip(gens, rids, strict=True)
+        ]
+        return JSONResponse(out if batched else out[0])
+
+    def _generation_json(self, gen: Generation, rid: str, want_logprobs: bool) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": rid,
+            "finish_reason": finish_reason_json(gen),
+            "prompt_tokens": gen.meta.get("prompt_tokens"),
+            "completion_tokens": len(gen.token_ids),
+            "cached_tokens": 0,
+            "weight_version": str(gen.weight_version),
+            "e2e_latency": gen.meta.get("e2e_latency"),
+        }
+        if want_logprobs:
+            meta["output_token_logprobs"] = [
+                [lp, tok, None] for lp, tok in zip(gen.logprobs, gen.token_ids, strict=True)
+            ]
+        text = self.tokenizer.decode(gen.token_ids) if self.tokenizer is not None else ""
+        return {"text": text, "output_ids": gen.token_ids, "meta_info": meta}
+
+    # --- status ----------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> JSONResponse:
+        ok = await self.engine.health()
+        return JSONResponse({}, status_code=200 if ok else 503)
+
+    async def model_info(self, request: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "model_path": self.engine.model_path,
+                "tokenizer_path": self.engine.model_path,
+                "is_generation": True,
+                "weight_version": str(self.engine.weight_version),
+                "preferred_sampling_params": None,
+            }
+        )
+
+    async def server_info(self, request: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "version": SERVER_VERSION,
+                "engine": "local",
+                "model_path": self.engine.model_path,
+                "weight_version": str(self.engine.weight_version),
+                "context_length": self.engine.context_length,
+                "max_running_requests": self.engine.max_batch_size,
+                "tp_size": 1,
+                "dp_size": 1,
+                "uptime_s": time.time() - self.started_at,
+                "stats": {
+                    "requests": self.engine.stats.requests,
+                    "forward_steps": self.engine.stats.forward_steps,
+                    "max_running": self.engine.stats.max_running,
+                },
+            }
+        )
+
+    # --- control ---------------------------------------------------------------------------
+
+    async def abort_request(self, request: Request) -> JSONResponse:
+        body = await _json_or_empty(request)
+        if body.get("abort_all"):
+            await self.engine.abort(None)
+            return JSONResponse({"success": True})
+        prefix = str(body.get("rid") or "")
+        if not prefix:
+            raise BadRequest('send {"rid": ...} or {"abort_all": true}')
+        for rid in self.engine.request_ids():
+            if rid.startswith(prefix):  # SGLang matches by prefix
+                await self.engine.abort(rid)
+        return JSONResponse({"success": True})
+
+    async def pause(self, request: Request) -> JSONResponse:
+        mode = (await _json_or_empty(request)).get("mode", "abort")
+        if mode != "abort":
+            raise BadRequest(f"pause mode {mode!r} is not supported here; use mode='abort'")
+        await self.engine.pause()
+        return JSONResponse({"success": True})
+
+    async def resume(self, request: Request) -> JSONResponse:
+        await self.engine.resume()
+        return JSONResponse({"success": True})
+
+    async def update_from_disk(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        path = body.get("model_path")
+        if not path:
+            raise BadRequest("update_weights_from_disk needs model_path")
+        version = parse_version(body.get("weight_version"), self.engine.weight_version)
+        if body.get("abort_all_requests"):
+            await self.engine.abort(None)
+        try:
+            await self.engine.update_weights(str(path), version)
+        except (OSError, ValueError, EngineRequestError) as exc:
+            return _error(f"failed to load weights from {path!r}: {exc}")
+        return JSONResponse(
+            {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
+        )
+
+    async def flush_cache(self, request: Request) -> JSONResponse:
+        return JSONResponse({"success": True})
+
+    async def init_weights_group(self, request: Request) -> JSONResponse:
+        from gspo_agents.rollout.sglang_engine import init_weights_group
+
+        body = await request.json()
+        name = str(body.get("group_name", "weight_update_group"))
+        backend = str(body.get("backend", "gloo"))
+        if backend == "nccl" and not torch.cuda.is_available():
+            raise BadRequest("backend nccl needs CUDA; this local server runs on CPU, use gloo")
+        group = await asyncio.to_thread(
+            init_weights_group,
+            master_address=str(body["master_address"]),
+            master_port=int(body["master_port"]),
+            rank=int(body.get("rank_offset", 1)),
+            world_size=int(body["world_size"]),
+            group_name=name,
+            backend=backend,
+        )
+        self.weight_groups[name] = (group, backend)
+        return JSONResponse({"success": True, "message": f"joined {name}"})
+
+    async def update_from_distributed(self, request: Request) -> JSONResponse:
+        body = await request.json()
+        name = str(body.get("group_name", "weight_update_group"))
+        if name not in self.weight_groups:
+            raise BadRequest(f"no weight update group {name!r}: call /init_weights_update_group")
+        group, backend = self.weight_groups[name]
+        names, dtypes, shapes = body["names"], body["dtypes"], body["shapes"]
+        if not len(names) == len(dtypes) == len(shapes):
+            raise BadRequest("names, dtypes and shapes must have the same length")
+        version = parse_version(body.get("weight_version"), self.engine.weight_version)
+        tensors = await asyncio.to_thread(_receive, group, backend, dtypes, shapes)
+        try:
+            await self.engine.update_weights_from_tensors(
+                dict(zip(names, tensors, strict=True)), version
+            )
+        except EngineRequestError as exc:
+            return _error(str(exc))
+        return JSONResponse({"success": True, "message": f"received {len(names)} tensors"})
+
+
+def _receive(group, backend: str, dtypes: list[str], shapes: list[list[int]]) -> list[torch.Tensor]:
+    """Receive broadcasts from rank 0 in the order of `names` (the protocol's contract)."""
+    device = "cuda" if backend == "nccl" else "cpu"
+    out = []
+    for dtype, shape in zip(dtypes, shapes, strict=True):
+        if dtype not in _DTYPES:
+            raise BadRequest(f"dtype {dtype!r} is not one of {list(_DTYPES)}")
+        tensor = torch.empty(shape, dtype=_DTYPES[dtype], device=device)
+        opts = torch.distributed.BroadcastOptions()
+        opts.rootRank = 0
+        group.broadcast([tensor], opts).wait()
+        out.append(tensor.cpu())
+    return out
+
+
+async def _json_or_empty(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    import json
+
+    return json.loads(raw)
+
+
+async def _unless_disconnected(request: Request, work):
+    """Run `work`; if the client hangs up first, cancel it (the engine frees the slots), as
+    SGLang aborts a request whose connection closed."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        return None
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _handle(fn):
+    async def endpoint(request: Request):
+        try:
+            return await fn(request)
+        except BadRequest as exc:
+            return _error(str(exc))
+        except EngineRequestError as exc:
+            return _error(str(exc))
+        except EngineError as exc:
+            return _error(str(exc), 503)
+        except (ValueError, KeyError, TypeError) as exc:  # malformed JSON or fields
+            return _error(f"bad request: {type(exc).__name__}: {exc}")
+
+    return endpoint
+
+
+def build_app(engine: LocalEngine, tokenizer=None) -> Starlette:
+    server = LocalServer(engine, tokenizer)
+    get, post = ["GET"], ["POST"]
+    routes = [
+        Route("/generate", _handle(server.generate), methods=post),
+        Route("/health", _handle(server.health), methods=get),
+        Route("/health_generate", _handle(server.health), methods=get),
+        Route("/get_model_info", _handle(server.model_info), methods=get),
+        Route("/get_server_info", _handle(server.server_info), methods=get),
+        Route("/server_info", _handle(server.server_info), methods=get),
+        Route("/abort_request", _handle(server.abort_request), methods=post),
+        Route("/pause_generation", _handle(server.pause), methods=post),
+        Route("/continue_generation", _handle(server.resume), methods=post),
+        Route("/update_weights_from_disk", _handle(server.update_from_disk), methods=post),
+        Route("/init_weights_update_group", _handle(server.init_weights_group), methods=post),
+        Route(
+            "/update_weights_from_distributed",
+            _handle(server.update_from_distributed),
+            methods=post,
+        ),
+        Route("/flush_cache", _handle(server.flush_cache), methods=get + post),
+    ]
+    app = Starlette(routes=routes)
+    app.state.server = server
+    return app

@@ -1,0 +1,97 @@
+"""`python -m gspo_agents.serve`: a LocalEngine behind the SGLang-compatible HTTP subset.
+
+    python -m gspo_agents.serve --model tiny --port 30000
+    python -m gspo_agents.serve --model-path /path/to/hf_dir --port 30000
+
+Point the trainer at it with `engine=sglang engine.urls=[http://127.0.0.1:30000]`. With
+`--port 0` the OS picks a free port. Once listening, the server prints one line to stdout,
+`READY http://HOST:PORT`, which scripts and tests wait for. See rollout/server.py for the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import socket
+import sys
+
+from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m gspo_agents.serve", description=__doc__.split("\n")[0]
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-path", help="a local Hugging Face checkpoint directory")
+    src.add_argument("--model", choices=["tiny", "tiny-moe"], help="build/use a tiny local model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000, help="0 = any free port")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weight-version", type=int, default=0)
+    p.add_argument("--num-threads", type=int, default=None, help="torch threads of the engine")
+    p.add_argument("--log-level", default="warning")
+    return p.parse_args(argv)
+
+
+def resolve_path(args: argparse.Namespace) -> str:
+    if args.model_path:
+        return resolve_model(ModelConfig(name="hf", path=args.model_path, dtype=args.dtype))
+    return resolve_model(ModelConfig(name=args.model, dtype=args.dtype))
+
+
+async def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from gspo_agents.rollout.local_engine import LocalEngine
+    from gspo_agents.rollout.server import build_app
+
+    path = resolve_path(args)
+    engine = LocalEngine(
+        path,
+        dtype=args.dtype,
+        max_batch_size=args.max_batch_size,
+        seed=args.seed,
+        weight_version=args.weight_version,
+        num_threads=args.num_threads,
+    )
+    try:
+        tokenizer = load_tokenizer(path)
+    except (OSError, ValueError):
+        tokenizer = None  # responses carry ids and log-probs; text stays empty
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        build_app(engine, tokenizer),
+        log_level=args.log_level,
+        timeout_keep_alive=5,  # SGLang's (uvicorn's) default; clients expire idle ones sooner
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    ready = asyncio.create_task(_announce(server, host, port))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        ready.cancel()
+        await engine.close()
+
+
+async def _announce(server, host: str, port: int) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    print(f"READY http://{host}:{port}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
