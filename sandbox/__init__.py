@@ -1,1 +1,51 @@
-"""Sandboxed execution of untrusted generated code (placeholder; see sandbox helper)."""
+"""Sandboxed execution and judging of untrusted, model-generated programs (Python 3, C++17).
+
+    async with Sandbox.create() as sb:            # backend="auto": the strongest available
+        result = await sb.run(Program("python", src), [TestCase("1 2\\n", "3")], Limits(time_s=1))
+
+What it protects against (each item has an adversarial test in tests/sandbox, run on every
+backend): fork bombs (process limits), memory bombs (address-space and container memory limits),
+CPU hogs and sleepers (CPU and wall time limits), output floods (capped stdout, capped scratch
+tmpfs), network access (a private network namespace with only loopback), reading host files (a
+minimal read-only root; the project, /root and host temp dirs are not there), writing outside the
+per-run scratch directory, host environment variables (cleared), signalling or outliving the
+supervisor (pid namespaces; leftover processes are killed after every test), privilege (an
+unprivileged uid, no capabilities, no-new-privileges), and seeing the expected output (judging
+happens on the host; the answer never enters the program's sandbox).
+
+What it does NOT protect against: kernel vulnerabilities (all backends share the host kernel;
+use gVisor/Kata/VMs if your threat model includes kernel exploits), side channels and timing
+attacks, denial of service through shared hardware (CPU caches, memory bandwidth, disk I/O),
+and anything at all with backend="unsafe-local", which runs code as a plain host subprocess and
+exists only behind an explicit allow_unsafe_local=True. Limits are per test, not per machine:
+many concurrent runs can still use max_concurrency x the per-run memory.
+
+This package imports neither torch, gspo_agents nor envs.
+"""
+
+from sandbox.core import Sandbox
+from sandbox.errors import BackendFailure, ImageBuildError, SandboxError, SandboxUnavailable
+from sandbox.types import (
+    JudgeSpec,
+    Limits,
+    Program,
+    RunResult,
+    TestCase,
+    TestResult,
+    Verdict,
+)
+
+__all__ = [
+    "BackendFailure",
+    "ImageBuildError",
+    "JudgeSpec",
+    "Limits",
+    "Program",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxUnavailable",
+    "TestCase",
+    "TestResult",
+    "Verdict",
+]

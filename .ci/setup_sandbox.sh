@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Everything the sandbox tests need on a clean Debian 12 machine, as root; safe to rerun.
+#   1. apt: docker.io, bubblewrap, debootstrap (only what is missing)
+#   2. dockerd in the background, wait until it answers
+#   3. the sandbox rootfs + Docker image, built offline with debootstrap (cached by recipe hash)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup_sandbox.sh: must run as root (apt, dockerd, debootstrap)" >&2
+  exit 1
+fi
+
+missing=()
+command -v docker >/dev/null 2>&1 || missing+=(docker.io)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup_sandbox.sh: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "setup_sandbox.sh: starting dockerd"
+  nohup dockerd >/var/log/gspo-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do
+    if [ -S /var/run/docker.sock ] && docker info >/dev/null 2>&1; then break; fi
+    sleep 1
+  done
+  if ! docker info >/dev/null 2>&1; then
+    echo "setup_sandbox.sh: dockerd did not come up; its log:" >&2
+    tail -n 40 /var/log/gspo-dockerd.log >&2 || true
+    exit 1
+  fi
+fi
+
+echo "setup_sandbox.sh: building (or finding cached) sandbox rootfs and image"
+PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 - <<'PY'
+import logging
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from sandbox import image
+
+print("rootfs:", image.ensure_rootfs())
+print("image: ", image.ensure_image())
+PY
+echo "setup_sandbox.sh: done"

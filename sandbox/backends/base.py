@@ -1,0 +1,156 @@
+"""What every backend shares: the runner protocol driver and per-slot host uids.
+
+A backend's only job is to start the in-sandbox runner (sandbox/runner.py) somewhere isolated and
+hand back its pipes; `drive` speaks the protocol. Each concurrent run holds a *slot*, and each slot
+has its own host uid, so per-uid kernel limits (RLIMIT_NPROC) of one run never count another's
+processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.errors import BackendFailure
+
+STREAM_LIMIT = 64 << 20  # one runner line carries up to a test's capped stdout, JSON-escaped
+RUNNER_SOURCE = (Path(__file__).resolve().parent.parent / "runner.py").read_text()
+SANDBOX_UID = 65534  # the uid programs see inside bubblewrap and namespaces sandboxes
+
+Decide = Callable[[dict[str, Any]], bool]  # a test event -> keep going?
+
+
+@dataclass(slots=True)
+class RunnerOutput:
+    compile_ok: bool = False
+    compile_output: str = ""
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False  # the runner reported "done"
+    stopped_early: bool = False
+    # The runner vanished while a test was running but the sandbox itself is intact: the
+    # program killed its supervisor. The current test is then a runtime error, not an SE.
+    killed_by_program: bool = False
+    diagnostics: str = ""  # stderr of the backend process, for SE messages
+
+
+def allocate_uids(count: int) -> list[int]:
+    """Random high uids, unlikely to collide with real users or other sandboxes on the host."""
+    base = 200_000 + secrets.randbelow(3_000) * 1_000
+    return [base + i for i in range(count)]
+
+
+async def drive(proc: asyncio.subprocess.Process, request: dict[str, Any], decide: Decide
+                ) -> RunnerOutput:
+    """Send the request, collect events, answer next/stop when interactive; never raises on EOF."""
+    out = RunnerOutput()
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        await proc.stdin.drain()
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                return out
+            event = json.loads(line)
+            kind = event.get("event")
+            if kind == "compile":
+                out.compile_ok, out.compile_output = event["ok"], event["output"]
+            elif kind == "test":
+                out.tests.append(event)
+                if request.get("interactive"):
+                    keep = decide(event)
+                    out.stopped_early = not keep
+                    proc.stdin.write(b"next\n" if keep else b"stop\n")
+                    await proc.stdin.drain()
+            elif kind == "done":
+                out.finished = True
+                return out
+    except (BrokenPipeError, ConnectionResetError):
+        return out
+    except (json.JSONDecodeError, KeyError, ValueError) as exc:
+        raise BackendFailure(f"sandbox runner sent a malformed message: {exc}") from exc
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> str:
+    """Kill the backend process if still alive, reap it, return its stderr tail."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    err = b""
+    if proc.stderr is not None:
+        with contextlib.suppress(Exception):
+            err = await asyncio.wait_for(proc.stderr.read(), timeout=5)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(proc.wait(), timeout=10)
+    return err.decode("utf-8", "replace")[-2000:]
+
+
+class Backend(ABC):
+    """One isolation mechanism. Concurrency is bounded by the caller (Sandbox) to `slots`."""
+
+    name: str = ""
+    kill_all: bool = True  # the runner is alone in its pid namespace and may kill(-1)
+    # Margin for RLIMIT_NPROC: the runner and the sandbox's own helpers run as the same uid.
+    nproc_margin: int = 4
+    scratch_parent: str | None = None  # None: the runner's default temp dir (/tmp inside)
+    wipe_dirs: tuple[str, ...] = ()  # writable dirs that outlive a run; emptied after each run
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._free: asyncio.Queue[int] | None = None
+        self.uids = allocate_uids(slots)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[int]:
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for i in range(self.slots):
+                self._free.put_nowait(i)
+        index = await self._free.get()
+        try:
+            yield index
+        finally:
+            self._free.put_nowait(index)
+
+    @abstractmethod
+    async def execute(self, request: dict[str, Any], decide: Decide, timeout_s: float
+                      ) -> RunnerOutput:
+        """Run the runner on `request`; raise BackendFailure when the sandbox itself fails."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release everything the backend holds (containers, temp dirs)."""
+
+
+class ProcessBackend(Backend):
+    """A backend whose sandbox is one host process per submission (bwrap, unshare, local)."""
+
+    @abstractmethod
+    def argv(self, slot: int) -> list[str]:
+        """The host command that starts the runner inside a fresh sandbox."""
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    async def execute(self, request: dict[str, Any], decide: Decide, timeout_s: float
+                      ) -> RunnerOutput:
+        async with self.slot() as index:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv(index), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                limit=STREAM_LIMIT, env=self.env(), start_new_session=True,
+            )
+            try:
+                out = await asyncio.wait_for(drive(proc, request, decide), timeout_s)
+            except asyncio.TimeoutError as exc:
+                raise BackendFailure(f"{self.name}: runner exceeded {timeout_s:.0f}s") from exc
+            finally:
+                diagnostics = await asyncio.shield(stop_process(proc))
+            out.diagnostics = diagnostics
+            return out

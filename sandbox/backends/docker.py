@@ -1,0 +1,202 @@
+"""docker backend: a hard-capped pool of warm, locked-down containers; one `docker exec` per run.
+
+Every container: no network, read-only root, a size-capped tmpfs /tmp (the only writable place),
+pids/memory/cpu limits, an unprivileged per-container uid, no-new-privileges, all capabilities
+dropped, private ipc. Containers are labelled with their owner (host:pid); at start we remove
+containers whose owner process is gone, at close (and at interpreter exit) our own.
+A container that misbehaved (its runner died, a run was cancelled or timed out) is destroyed and
+replaced, so nothing one submission left behind can meet the next. Several Docker hosts
+(DOCKER_HOST-style URLs) may be given; containers are spread round-robin across them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox import image
+from sandbox.backends.base import (
+    RUNNER_SOURCE, STREAM_LIMIT, Backend, Decide, RunnerOutput, drive, stop_process,
+)
+from sandbox.errors import BackendFailure, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+LABEL = "gspo-sandbox.owner"
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(slots=True)
+class Container:
+    id: str
+    host: str | None
+    uid: int
+
+
+class DockerBackend(Backend):
+    name = "docker"
+    nproc_margin = 3  # the runner and `sleep` (pid 1) share the container's uid
+    wipe_dirs = ("/tmp", "/dev/shm")  # a warm container's writable places outlive each run
+
+    def __init__(self, slots: int, *, image_tag: str | None = None,
+                 hosts: Sequence[str] | None = None, memory_mb: int = 2048, cpus: float = 1.0,
+                 pids_limit: int = 128, tmpfs_mb: int = 256) -> None:
+        super().__init__(slots)
+        self.image = image_tag or image.image_tag()
+        self.hosts: list[str | None] = list(hosts) if hosts else [None]
+        self.memory_mb, self.cpus, self.pids_limit, self.tmpfs_mb = (
+            memory_mb, cpus, pids_limit, tmpfs_mb)
+        self.docker = shutil.which("docker") or ""
+        self.owner = owner_id()
+        self._idle: asyncio.Queue[Container] | None = None
+        self._live: dict[str, Container] = {}
+        self._next_host = 0
+        atexit.register(self._remove_sync)
+
+    # ---- setup -------------------------------------------------------------------------
+    def _cli(self, host: str | None) -> list[str]:
+        return [self.docker, "-H", host] if host else [self.docker]
+
+    def check(self) -> None:
+        """Raise SandboxUnavailable unless every host answers and has (or gets) the image."""
+        if not self.docker:
+            raise SandboxUnavailable("docker backend: the `docker` CLI is not installed "
+                                     "(apt-get install docker.io)")
+        for host in self.hosts:
+            probe = subprocess.run([*self._cli(host), "version", "--format", "{{.Server.Version}}"],
+                                   capture_output=True, text=True, timeout=20)
+            if probe.returncode != 0:
+                raise SandboxUnavailable(
+                    f"docker backend: no Docker engine at {host or 'the default socket'} "
+                    f"({probe.stderr.strip()[:300]}); start dockerd (e.g. `dockerd &`) or set "
+                    "DOCKER_HOST")
+            image.ensure_image(self.image, host=host)
+        self.reap_stale()
+
+    def reap_stale(self) -> None:
+        """Remove labelled containers whose owning process on this host no longer exists."""
+        me = socket.gethostname()
+        for host in self.hosts:
+            listing = subprocess.run(
+                [*self._cli(host), "ps", "-a", "--filter", f"label={LABEL}",
+                 "--format", f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}'],
+                capture_output=True, text=True, timeout=30)
+            stale = []
+            for row in listing.stdout.splitlines():
+                cid, _, owner = row.partition(" ")
+                name, _, pid = owner.rpartition(":")
+                if name == me and pid.isdigit() and not _pid_alive(int(pid)):
+                    stale.append(cid)
+            if stale:
+                log.info("removing %d stale sandbox containers", len(stale))
+                subprocess.run([*self._cli(host), "rm", "-f", *stale], capture_output=True,
+                               timeout=60)
+
+    # ---- pool --------------------------------------------------------------------------
+    def _run_argv(self, uid: int) -> list[str]:
+        return [
+            "run", "-d", "--label", f"{LABEL}={self.owner}", "--network", "none", "--read-only",
+            "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777",
+            "--pids-limit", str(self.pids_limit), "--memory", f"{self.memory_mb}m",
+            "--memory-swap", f"{self.memory_mb}m", "--cpus", str(self.cpus),
+            "--user", f"{uid}:{uid}", "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+            "--ipc", "private", "--hostname", "sandbox", "--workdir", "/tmp",
+            "--log-driver", "none", self.image, "sleep", "infinity",
+        ]
+
+    async def _start_container(self, uid: int) -> Container:
+        host = self.hosts[self._next_host % len(self.hosts)]
+        self._next_host += 1
+        code, out, err = await _run([*self._cli(host), *self._run_argv(uid)])
+        if code != 0:
+            raise BackendFailure(f"docker run failed: {err.strip()[:500]}")
+        container = Container(id=out.strip(), host=host, uid=uid)
+        self._live[container.id] = container
+        return container
+
+    async def _remove(self, container: Container) -> None:
+        self._live.pop(container.id, None)
+        await _run([*self._cli(container.host), "rm", "-f", container.id])
+
+    async def execute(self, request: dict[str, Any], decide: Decide, timeout_s: float
+                      ) -> RunnerOutput:
+        async with self.slot() as index:
+            if self._idle is None:
+                self._idle = asyncio.Queue()
+            # One container per slot: the pool's size is the hard cap on containers.
+            container = self._idle.get_nowait() if not self._idle.empty() else None
+            if container is None:
+                container = await self._start_container(self.uids[index])
+            healthy = False
+            try:
+                out, healthy = await self._exec(container, request, decide, timeout_s)
+                return out
+            finally:
+                if healthy:
+                    self._idle.put_nowait(container)
+                else:
+                    await asyncio.shield(self._remove(container))
+
+    async def _exec(self, container: Container, request: dict[str, Any], decide: Decide,
+                    timeout_s: float) -> tuple[RunnerOutput, bool]:
+        argv = [*self._cli(container.host), "exec", "-i", container.id,
+                "python3", "-S", "-c", RUNNER_SOURCE]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, limit=STREAM_LIMIT, start_new_session=True)
+        try:
+            out = await asyncio.wait_for(drive(proc, request, decide), timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise BackendFailure(f"docker: runner exceeded {timeout_s:.0f}s") from exc
+        finally:
+            diagnostics = await asyncio.shield(stop_process(proc))
+        out.diagnostics = diagnostics
+        if out.finished:
+            return out, True
+        if out.compile_ok and await self._alive(container):
+            # The container is fine, so its runner was killed from inside: by the program.
+            out.killed_by_program = True
+        return out, False
+
+    async def _alive(self, container: Container) -> bool:
+        code, out, _ = await _run([*self._cli(container.host), "inspect", "-f",
+                                   "{{.State.Running}}", container.id])
+        return code == 0 and out.strip() == "true"
+
+    async def aclose(self) -> None:
+        containers = list(self._live.values())
+        await asyncio.gather(*(self._remove(c) for c in containers), return_exceptions=True)
+        self._idle = None
+
+    def _remove_sync(self) -> None:
+        for container in list(self._live.values()):
+            subprocess.run([*self._cli(container.host), "rm", "-f", container.id],
+                           capture_output=True, timeout=60)
+        self._live.clear()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _run(argv: list[str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()

@@ -1,0 +1,252 @@
+"""`Sandbox`: choose a backend, bound concurrency, run a submission, judge it on the host."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from sandbox import judge as judging
+from sandbox.backends.base import Backend, RunnerOutput
+from sandbox.errors import BackendFailure, SandboxUnavailable
+from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
+
+log = logging.getLogger("sandbox")
+
+BackendName = Literal["auto", "docker", "bubblewrap", "namespaces", "unsafe-local"]
+BACKENDS: tuple[str, ...] = ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local")
+AUTO_ORDER: tuple[str, ...] = ("docker", "bubblewrap", "namespaces")  # strongest first
+COMPILE_LIMITS = Limits(time_s=20.0, memory_mb=2048, output_bytes=1 << 20, processes=32,
+                        wall_time_s=60.0)
+CHECKER_LIMITS = Limits(time_s=10.0, memory_mb=1024, output_bytes=1 << 20, processes=16)
+_STATUS = {"ok": Verdict.OK, "tle": Verdict.TLE, "mle": Verdict.MLE, "re": Verdict.RE,
+           "ole": Verdict.OLE}
+
+
+def build_backend(name: str, slots: int, options: dict[str, Any]) -> Backend:
+    """Construct and check one named backend; raise SandboxUnavailable naming the fix."""
+    if name == "docker":
+        from sandbox.backends.docker import DockerBackend
+
+        backend: Any = DockerBackend(slots, **options)
+    elif name == "bubblewrap":
+        from sandbox.backends.bubblewrap import BubblewrapBackend
+
+        backend = BubblewrapBackend(slots, **options)
+    elif name == "namespaces":
+        from sandbox.backends.namespaces import NamespacesBackend
+
+        backend = NamespacesBackend(slots, **options)
+    elif name == "unsafe-local":
+        from sandbox.backends.local import UnsafeLocalBackend
+
+        backend = UnsafeLocalBackend(slots)
+    else:
+        raise ValueError(f"unknown sandbox backend {name!r}; choose one of {BACKENDS}")
+    backend.check()
+    return backend
+
+
+class Sandbox:
+    """Runs untrusted programs against tests on one backend, at most `max_concurrency` at once."""
+
+    def __init__(self, backend: Backend, *, max_concurrency: int) -> None:
+        self._backend = backend
+        self.backend_name: str = backend.name
+        self.max_concurrency = max_concurrency
+        self._sem = asyncio.Semaphore(max_concurrency)
+
+    @classmethod
+    def create(cls, backend: BackendName = "auto", *, max_concurrency: int = 4,
+               allow_unsafe_local: bool = False, **backend_options: Any) -> Sandbox:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency={max_concurrency} must be >= 1")
+        if backend == "unsafe-local":
+            if not allow_unsafe_local:
+                raise SandboxUnavailable(
+                    "backend='unsafe-local' runs generated code on the host WITHOUT ANY "
+                    "isolation; pass allow_unsafe_local=True if you really mean it")
+            log.warning("sandbox: UNSAFE-LOCAL backend selected: generated code runs on this "
+                        "host with NO isolation (allow_unsafe_local=True)")
+            return cls(build_backend(backend, max_concurrency, {}),
+                       max_concurrency=max_concurrency)
+        if backend != "auto":
+            chosen = build_backend(backend, max_concurrency, backend_options)
+            log.info("sandbox: using the %s backend (requested)", backend)
+            return cls(chosen, max_concurrency=max_concurrency)
+        return cls(_pick_auto(max_concurrency, backend_options), max_concurrency=max_concurrency)
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await asyncio.shield(self._backend.aclose())
+
+    async def run(self, program: Program, tests: Sequence[TestCase], limits: Limits = Limits(),
+                  judge: JudgeSpec = JudgeSpec(), *, early_stop: bool = False) -> RunResult:
+        """Compile once, run every test under `limits`, judge on the host."""
+        tests = list(tests)
+        if not tests:
+            raise ValueError("Sandbox.run needs at least one TestCase")
+        interactive = early_stop and judge.mode != "checker"
+
+        def keep_going(event: dict[str, Any]) -> bool:
+            return _judge_event(event, tests[event["index"]], judge).verdict is Verdict.OK
+
+        request = self._request(program, [{"stdin": t.stdin} for t in tests], limits, interactive)
+        async with self._sem:
+            try:
+                out = await self._backend.execute(request, keep_going, _budget(limits, len(tests)))
+            except BackendFailure as exc:
+                return self._system_error(tests, str(exc))
+            result = self._assemble(out, tests, judge, early_stop)
+            if judge.mode == "checker" and result.verdict is not Verdict.SE:
+                result = await self._check(result, tests, judge, early_stop)
+        return result
+
+    # ---- internals ----------------------------------------------------------------------
+    def _request(self, program: Program, tests: list[dict[str, Any]], limits: Limits,
+                 interactive: bool) -> dict[str, Any]:
+        return {"language": program.language, "source": program.source, "tests": tests,
+                "limits": self._limits(limits), "compile_limits": self._limits(COMPILE_LIMITS),
+                "interactive": interactive, "kill_all": self._backend.kill_all,
+                "scratch_parent": self._backend.scratch_parent,
+                "wipe_dirs": list(self._backend.wipe_dirs)}
+
+    def _limits(self, limits: Limits) -> dict[str, Any]:
+        margin = self._backend.nproc_margin
+        return {"time_s": limits.time_s, "memory_mb": limits.memory_mb,
+                "output_bytes": limits.output_bytes, "wall_time_s": limits.effective_wall_time_s,
+                "nproc": limits.processes + margin if margin else None,
+                "file_bytes": max(limits.output_bytes, 64 << 20)}
+
+    def _system_error(self, tests: list[TestCase], message: str) -> RunResult:
+        log.warning("sandbox %s: system error: %s", self.backend_name, message)
+        failed = TestResult(Verdict.SE, 0.0, 0.0, "", "", None, message)
+        return RunResult(Verdict.SE, tuple(failed for _ in tests), "", self.backend_name)
+
+    def _assemble(self, out: RunnerOutput, tests: list[TestCase], judge: JudgeSpec,
+                  early_stop: bool) -> RunResult:
+        if not out.compile_ok:
+            if out.finished:
+                return RunResult(Verdict.CE, (), out.compile_output, self.backend_name)
+            return self._system_error(tests, _crash_message(self.backend_name, out))
+        if judge.mode == "checker":
+            results = [_raw_result(e) for e in out.tests]
+        else:
+            results = [_judge_event(e, tests[e["index"]], judge) for e in out.tests]
+        if not out.finished:
+            if not out.killed_by_program or len(results) >= len(tests):
+                return self._system_error(tests, _crash_message(self.backend_name, out))
+            results.append(TestResult(Verdict.RE, 0.0, 0.0, "", "", None,
+                                      "the program killed the sandbox's runner process"))
+        if early_stop:
+            results = _truncate_after_failure(results)
+        return RunResult(_overall(results, len(tests)), tuple(results), out.compile_output,
+                         self.backend_name)
+
+    async def _check(self, result: RunResult, tests: list[TestCase], judge: JudgeSpec,
+                     early_stop: bool) -> RunResult:
+        """Run the checker program over every test the program survived (in its own sandbox)."""
+        assert judge.checker is not None
+        todo = [i for i, r in enumerate(result.tests) if r.verdict is Verdict.OK]
+        if not todo:
+            return result
+        files = [{"stdin": "", "argv": ["input.txt", "output.txt", "answer.txt"],
+                  "files": {"input.txt": tests[i].stdin, "output.txt": result.tests[i].stdout,
+                            "answer.txt": tests[i].expected or ""}} for i in todo]
+        request = self._request(judge.checker, files, CHECKER_LIMITS, False)
+        try:
+            out = await self._backend.execute(request, lambda _: True,
+                                              _budget(CHECKER_LIMITS, len(todo)))
+        except BackendFailure as exc:
+            return self._system_error(tests, f"checker: {exc}")
+        if not out.compile_ok or not out.finished or len(out.tests) != len(todo):
+            why = out.compile_output if not out.compile_ok else _crash_message("checker", out)
+            return self._system_error(tests, f"checker failed: {why[-1000:]}")
+        results = list(result.tests)
+        for i, event in zip(todo, out.tests):
+            results[i] = _checker_verdict(results[i], event)
+        if early_stop:
+            results = _truncate_after_failure(results)
+        return RunResult(_overall(results, len(tests)), tuple(results), result.compile_output,
+                         self.backend_name)
+
+
+def _pick_auto(slots: int, options: dict[str, Any]) -> Backend:
+    reasons = []
+    for name in AUTO_ORDER:
+        try:
+            backend = build_backend(name, slots, options if name == "docker" else {})
+        except SandboxUnavailable as exc:
+            reasons.append(str(exc))
+            continue
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        log.info("sandbox: backend=auto picked %s, the strongest available%s", name, why)
+        return backend
+    raise SandboxUnavailable("no sandbox backend can isolate on this machine:\n  "
+                             + "\n  ".join(reasons))
+
+
+def _budget(limits: Limits, n_tests: int) -> float:
+    """Host-side backstop for a whole runner call; the real limits are enforced inside."""
+    return COMPILE_LIMITS.effective_wall_time_s + n_tests * (limits.effective_wall_time_s + 2) + 30
+
+
+def _raw_result(event: dict[str, Any]) -> TestResult:
+    return TestResult(_STATUS[event["status"]], float(event["time_s"]),
+                      float(event["memory_mb"]), event["stdout"], event["stderr"],
+                      event["exit_code"], event["message"])
+
+
+def _judge_event(event: dict[str, Any], test: TestCase, spec: JudgeSpec) -> TestResult:
+    raw = _raw_result(event)
+    if raw.verdict is not Verdict.OK or test.expected is None:
+        return raw
+    ok, message = judging.compare(raw.stdout, test.expected, spec)
+    if ok:
+        return raw
+    return TestResult(Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
+                      raw.exit_code, message)
+
+
+def _checker_verdict(raw: TestResult, event: dict[str, Any]) -> TestResult:
+    status, code = event["status"], event["exit_code"]
+    note = (event["stdout"] + event["stderr"]).strip()[-500:]
+    if status == "ok":
+        return TestResult(Verdict.OK, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
+                          raw.exit_code, note)
+    if status == "re" and code is not None and code > 0 and code != 3:
+        return TestResult(Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
+                          raw.exit_code, note or f"checker exit code {code}")
+    # testlib's exit code 3 ("fail"), or the checker crashed / ran out of limits: not the
+    # contestant's fault.
+    return TestResult(Verdict.SE, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
+                      raw.exit_code, f"checker failed ({event['message'] or code}): {note}")
+
+
+def _truncate_after_failure(results: list[TestResult]) -> list[TestResult]:
+    for i, r in enumerate(results):
+        if r.verdict is not Verdict.OK:
+            return results[: i + 1]
+    return results
+
+
+def _overall(results: list[TestResult], n_tests: int) -> Verdict:
+    for r in results:
+        if r.verdict is not Verdict.OK:
+            return r.verdict
+    if len(results) < n_tests:
+        return Verdict.SE  # tests silently missing: never report a pass for them
+    return Verdict.OK
+
+
+def _crash_message(backend: str, out: RunnerOutput) -> str:
+    diag = out.diagnostics.strip()
+    return f"{backend}: the sandbox runner ended unexpectedly" + (f": {diag}" if diag else "")

@@ -1,0 +1,267 @@
+"""The in-sandbox runner: one process per submission that compiles once and runs every test.
+
+This file runs INSIDE the sandbox (``python3 -S -c <this source>``), standard library only, and
+must not import anything from the sandbox package. It never sees expected outputs: it only runs the
+program and reports what happened; the host judges.
+
+Protocol (one JSON object per line):
+  host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
+                   "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
+                   "scratch_parent", "wipe_dirs"}
+  runner -> host   {"event": "compile", "ok", "output"}
+                   {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
+                    "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
+                   {"event": "done"}
+  host -> runner   after each test when "interactive": "next" or "stop" (early stop on failure)
+
+Each test runs in a forked child: its own session and process group, its own working directory,
+rlimits for CPU time, address space, file size, processes and core dumps; the runner enforces wall
+time and the stdout cap. It is the parent subreaper, and when "kill_all" is set (only inside an
+isolated pid namespace / container) it SIGKILLs every process it may signal after each test, so
+nothing a test started survives into the next one.
+"""
+
+import ctypes
+import json
+import math
+import os
+import resource
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+STDERR_CAP = 64 * 1024
+PR_SET_CHILD_SUBREAPER = 36
+MIB = 1 << 20
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def set_subreaper():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def apply_limits(lim):
+    cpu = max(1, math.ceil(lim["time_s"] + 0.5))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    mem = int(lim["memory_mb"] * MIB)
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_STACK, (mem, mem))
+    fsize = int(lim.get("file_bytes", 64 * MIB))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if lim.get("nproc"):
+        resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def spawn(argv, stdin_path, cwd, lim):
+    """Fork a child that execs argv under lim; return (pid, stdout_fd, stderr_fd)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        try:
+            os.setsid()
+            os.chdir(cwd)
+            fd = os.open(stdin_path, os.O_RDONLY)
+            os.dup2(fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 1 << 16)
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            apply_limits(lim)
+            os.execvpe(argv[0], argv, {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd,
+                                       "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
+        except BaseException as exc:  # noqa: BLE001 - report anything, then die
+            os.write(2, ("runner: exec failed: %r\n" % (exc,)).encode())
+        os._exit(127)
+    os.close(out_w)
+    os.close(err_w)
+    return pid, out_r, err_r
+
+
+def kill_everything(pid, kill_all):
+    for target in (lambda: os.killpg(pid, signal.SIGKILL),
+                   lambda: os.kill(-1, signal.SIGKILL) if kill_all else None):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap_orphans():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.001)  # orphans still dying
+
+
+def supervise(pid, out_fd, err_fd, lim):
+    """Collect output under the caps until the child exits; return (status_dict, rusage)."""
+    cap = int(lim["output_bytes"])
+    deadline = time.monotonic() + lim["wall_time_s"]
+    sel = selectors.DefaultSelector()
+    pidfd = os.pidfd_open(pid)
+    sel.register(out_fd, selectors.EVENT_READ, "out")
+    sel.register(err_fd, selectors.EVENT_READ, "err")
+    sel.register(pidfd, selectors.EVENT_READ, "exit")
+    out, err = bytearray(), bytearray()
+    reason, exited = "", False
+    while not reason and (not exited or len(sel.get_map()) > 1):
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            reason = "wall"
+            break
+        for key, _ in sel.select(timeout if not exited else min(timeout, 0.05)):
+            if key.data == "exit":
+                exited = True
+                sel.unregister(pidfd)
+                continue
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                sel.unregister(key.fd)
+            elif key.data == "out":
+                out += chunk
+                if len(out) > cap:
+                    reason = "output"
+            elif len(err) < STDERR_CAP:
+                err += chunk[: STDERR_CAP - len(err)]
+        if exited and len(sel.get_map()) > 1:
+            # The program exited but something it started still holds the pipes open.
+            if not sel.select(0.05):
+                break
+    sel.close()
+    os.close(pidfd)
+    return out[:cap], err, reason
+
+
+def run_one(argv, stdin_path, cwd, lim, kill_all):
+    pid, out_fd, err_fd = spawn(argv, stdin_path, cwd, lim)
+    try:
+        out, err, reason = supervise(pid, out_fd, err_fd, lim)
+    finally:
+        kill_everything(pid, kill_all)
+        _, status, usage = os.wait4(pid, 0)
+        os.close(out_fd)
+        os.close(err_fd)
+        reap_orphans()
+    cpu = usage.ru_utime + usage.ru_stime
+    mem_mb = usage.ru_maxrss / 1024.0
+    code = os.waitstatus_to_exitcode(status)
+    stderr = err.decode("utf-8", "replace")
+    status_name, message = classify(reason, code, cpu, mem_mb, stderr, lim)
+    return {"status": status_name, "exit_code": code if not reason else None, "time_s": cpu,
+            "memory_mb": mem_mb, "stdout": out.decode("utf-8", "replace"), "stderr": stderr,
+            "message": message}
+
+
+def classify(reason, code, cpu, mem_mb, stderr, lim):
+    if reason == "output":
+        return "ole", "stdout exceeded %d bytes" % lim["output_bytes"]
+    if reason == "wall" or cpu > lim["time_s"] or code == -signal.SIGXCPU:
+        why = "wall time" if reason == "wall" else "CPU time"
+        return "tle", "%s limit exceeded (cpu %.2fs)" % (why, cpu)
+    memory_hit = mem_mb >= 0.95 * lim["memory_mb"] or "MemoryError" in stderr \
+        or "bad_alloc" in stderr
+    if code != 0 and memory_hit:
+        return "mle", "memory limit of %d MB exceeded" % lim["memory_mb"]
+    if code == -signal.SIGXFSZ:
+        return "ole", "file size limit exceeded"
+    if code != 0:
+        sig = " (signal %s)" % signal.Signals(-code).name if code < 0 else ""
+        return "re", "exit code %d%s" % (code, sig)
+    return "ok", ""
+
+
+def compile_program(req, scratch, kill_all):
+    """Return (argv, ok, output)."""
+    src = os.path.join(scratch, "main.py" if req["language"] == "python" else "main.cpp")
+    with open(src, "w", encoding="utf-8") as fh:
+        fh.write(req["source"])
+    empty = os.path.join(scratch, ".empty")
+    open(empty, "w").close()
+    clim = req["compile_limits"]
+    if req["language"] == "python":
+        argv = ["python3", "-c", "import sys; compile(open(sys.argv[1], 'rb').read(), "
+                "'main.py', 'exec')", src]
+        run_argv = ["python3", src]
+    else:
+        binary = os.path.join(scratch, "main")
+        argv = ["g++", "-std=c++17", "-O2", "-pipe", "-o", binary, src]
+        run_argv = [binary]
+    res = run_one(argv, empty, scratch, clim, kill_all)
+    if res["status"] == "ok":
+        return run_argv, True, ""
+    output = res["stderr"] or res["stdout"]
+    if res["status"] != "re":
+        output = "compiler: " + res["message"] + "\n" + output
+    return run_argv, False, output.replace(scratch + "/", "")
+
+
+def run_tests(req, scratch, run_argv):
+    kill_all = req["kill_all"]
+    for index, test in enumerate(req["tests"]):
+        cwd = os.path.join(scratch, "t%d" % index)
+        os.mkdir(cwd)
+        for name, content in (test.get("files") or {}).items():
+            with open(os.path.join(cwd, os.path.basename(name)), "w", encoding="utf-8") as fh:
+                fh.write(content)
+        stdin_path = os.path.join(cwd, ".stdin")
+        with open(stdin_path, "w", encoding="utf-8") as fh:
+            fh.write(test.get("stdin", ""))
+        result = run_one(run_argv + list(test.get("argv") or []), stdin_path, cwd,
+                         req["limits"], kill_all)
+        shutil.rmtree(cwd, ignore_errors=True)
+        emit(dict(result, event="test", index=index))
+        if req.get("interactive") and sys.stdin.readline().strip() != "next":
+            return
+
+
+def main():
+    set_subreaper()
+    req = json.loads(sys.stdin.readline())
+    scratch = tempfile.mkdtemp(prefix="run-", dir=req.get("scratch_parent") or None)
+    try:
+        run_argv, ok, output = compile_program(req, scratch, req["kill_all"])
+        emit({"event": "compile", "ok": ok, "output": output[-STDERR_CAP:]})
+        if ok:
+            run_tests(req, scratch, run_argv)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        for shared in req.get("wipe_dirs") or ():
+            wipe(shared)
+    emit({"event": "done"})
+
+
+def wipe(directory):
+    """Empty a directory that outlives this run (a warm container's /tmp, /dev/shm)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Request and result records of the sandbox API (the contract envs code against)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+Language = Literal["python", "cpp"]
+LANGUAGES: tuple[str, ...] = ("python", "cpp")
+JUDGE_MODES: tuple[str, ...] = ("tokens", "lines", "float", "checker")
+
+
+class Verdict(str, Enum):
+    OK = "OK"
+    WA = "WA"  # wrong answer
+    TLE = "TLE"  # CPU or wall time limit exceeded
+    MLE = "MLE"  # memory limit exceeded
+    RE = "RE"  # runtime error: non-zero exit or killed by a signal
+    CE = "CE"  # compile error (the compiler's message is in RunResult.compile_output)
+    OLE = "OLE"  # output limit exceeded
+    SE = "SE"  # the sandbox itself failed: an infrastructure error, never a wrong answer
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    language: Language
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            raise ValueError(
+                f"Program.language={self.language!r} is not supported; use one of {LANGUAGES}"
+            )
+        if not isinstance(self.source, str):
+            raise TypeError(f"Program.source must be str, got {type(self.source).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class TestCase:
+    __test__ = False  # not a pytest test class
+
+    stdin: str
+    expected: str | None = None  # None: just run it (OK if it exits 0 within limits)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    time_s: float = 2.0  # CPU time per test
+    memory_mb: int = 256  # address space per process
+    output_bytes: int = 1 << 20  # stdout per test
+    processes: int = 16  # processes/threads the program may have at once
+    wall_time_s: float | None = None  # default 3 * time_s + 1
+
+    def __post_init__(self) -> None:
+        for name in ("time_s", "memory_mb", "output_bytes", "processes"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"Limits.{name}={value!r} must be positive")
+        if self.wall_time_s is not None and not self.wall_time_s > 0:
+            raise ValueError(f"Limits.wall_time_s={self.wall_time_s!r} must be positive or None")
+
+    @property
+    def effective_wall_time_s(self) -> float:
+        return self.wall_time_s if self.wall_time_s is not None else 3 * self.time_s + 1
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSpec:
+    mode: Literal["tokens", "lines", "float", "checker"] = "tokens"
+    abs_tol: float = 1e-6
+    rel_tol: float = 1e-6
+    # testlib-style: run with argv (input_file, output_file, answer_file); exit 0 = OK, else WA.
+    checker: Program | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in JUDGE_MODES:
+            raise ValueError(f"JudgeSpec.mode={self.mode!r} is unknown; use one of {JUDGE_MODES}")
+        if self.mode == "checker" and self.checker is None:
+            raise ValueError("JudgeSpec.mode='checker' needs JudgeSpec.checker=Program(...)")
+
+
+@dataclass(frozen=True, slots=True)
+class TestResult:
+    __test__ = False
+
+    verdict: Verdict
+    time_s: float
+    memory_mb: float
+    stdout: str  # truncated to Limits.output_bytes
+    stderr: str  # truncated
+    exit_code: int | None  # negative: killed by that signal; None: never ran
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    verdict: Verdict  # first non-OK test's verdict, CE, SE, or OK
+    tests: tuple[TestResult, ...]
+    compile_output: str = ""
+    backend: str = ""
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for t in self.tests if t.verdict is Verdict.OK)
+
+    @property
+    def all_passed(self) -> bool:
+        return self.verdict is Verdict.OK
