@@ -39,7 +39,9 @@ def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: in
             continue
         messages, _ = env.reset(options={"task": task})
         prompt = chat.prompt_ids(messages)
-        answer = tokenizer.encode(response, add_special_tokens=False) + [chat.end_of_turn_id]
+        # The model's turn ends with the stop token; the rest of the template's end-of-turn marker
+        # belongs to the next observation, exactly as in a rollout.
+        answer = tokenizer.encode(response, add_special_tokens=False) + [chat.stop_token_ids[0]]
         examples.append((prompt, answer))
     if not examples:
         raise ValueError(
@@ -80,7 +82,7 @@ def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        loss_value = float(loss)
+        loss_value = float(loss.detach())
         if step == 1 or step % 25 == 0 or step == steps:
             log(f"sft step {step}/{steps} | loss {loss_value:.4f} | {time.monotonic() - start:.0f}s")
     model.eval()

@@ -13,7 +13,6 @@ import random
 import shutil
 import signal
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import hydra
@@ -124,7 +123,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
             metrics = dict(result.metrics)
             prepared = prepare_batch(
                 result.groups,
-                pad_id=learner_pad_id(learner),
+                pad_id=learner.pad_token_id,
                 filter_zero_spread=cfg.algorithm.filter_zero_spread_groups,
                 per_turn=cfg.algorithm.name == "gspo_token",
             )
@@ -147,8 +146,12 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     return step
 
 
-def learner_pad_id(learner) -> int:
-    return int(getattr(learner, "pad_token_id", 0) or 0)
+def quiet_libraries() -> None:
+    """Our console line is the progress display; silence per-load progress bars."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
 
 
 def _keep_latest(weights_root: Path, keep: str) -> None:
@@ -159,6 +162,8 @@ def _keep_latest(weights_root: Path, keep: str) -> None:
 
 def run(cfg: DictConfig) -> dict:
     import envs
+    from gspo_agents.learner.parallel import broadcast_object, close_process, init_process
+    from gspo_agents.learner_group import LearnerGroup, follow
     from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
@@ -166,10 +171,17 @@ def run(cfg: DictConfig) -> dict:
     t = cfg.trainer
     random.seed(t.seed)
     run_dir = Path(t.run_dir)
+    process = init_process()  # joins torchrun's process group; a no-op for one process
     env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
     tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
-    model_dir = resolve_start_model(cfg, env)
+    model_dir = resolve_start_model(cfg, env) if process.rank == 0 else None
+    model_dir = broadcast_object(model_dir, process)  # followers wait here while rank 0 cold-starts
     learner = build_learner(cfg, model_dir)
+    if not learner.is_main:
+        follow(learner)
+        close_process(process)
+        return {"run_dir": str(run_dir), "rank": process.rank}
+    learner = LearnerGroup(learner)
     start_step = 0
     if t.resume and (run_dir / "checkpoint").exists():
         start_step = int(learner.load_checkpoint(str(run_dir / "checkpoint")).get("step", 0))
@@ -199,12 +211,14 @@ def run(cfg: DictConfig) -> dict:
             if sandbox is not None:
                 await sandbox.aclose()
 
+    wandb_dir = tracker.wandb_dir
     try:
         final_step = asyncio.run(main_async())
     finally:
         tracker.close()
         learner.close()
-    return {"run_dir": str(run_dir), "final_step": final_step, "wandb_dir": tracker.wandb_dir}
+        close_process(process)
+    return {"run_dir": str(run_dir), "final_step": final_step, "wandb_dir": wandb_dir}
 
 
 register_schemas()
@@ -212,7 +226,11 @@ register_schemas()
 
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    quiet_libraries()
+    if cfg.trainer.nproc > 1 and "RANK" not in os.environ:
+        from gspo_agents.learner_group import relaunch_under_torchrun
+
+        sys.exit(relaunch_under_torchrun(cfg.trainer.nproc, sys.argv[1:]))
     summary = run(cfg)
     print(f"done: {summary}", file=sys.stderr)
 

@@ -1,0 +1,76 @@
+"""Drive N learner processes from one training loop (SPMD under torchrun).
+
+Rank 0 runs the whole training loop (rollouts, environments, logging). The other ranks only hold
+their FSDP2 shard: they wait for rank 0's next command and execute the same learner call, so every
+collective inside `update`, `export_hf` and the checkpoint calls is entered by all ranks in the
+same order. Commands travel with `broadcast_object_list`; a batch is a few MB of CPU tensors.
+
+With one process this is a thin pass-through: no broadcasts at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import torch.distributed as dist
+
+STOP = "stop"
+
+
+class LearnerGroup:
+    """The main rank's handle: each call is broadcast to the followers, then run locally."""
+
+    def __init__(self, learner) -> None:
+        self.learner = learner
+        self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.learner.pad_token_id
+
+    def _call(self, name: str, *args: Any) -> Any:
+        if self.distributed:
+            dist.broadcast_object_list([(name, args)], src=0)
+        return getattr(self.learner, name)(*args)
+
+    def update(self, batch):
+        return self._call("update", batch)
+
+    def export_hf(self, out_dir: str) -> str:
+        return self._call("export_hf", out_dir)
+
+    def save_checkpoint(self, ckpt_dir: str, extra_state: dict) -> None:
+        self._call("save_checkpoint", ckpt_dir, extra_state)
+
+    def load_checkpoint(self, ckpt_dir: str) -> dict:
+        return self._call("load_checkpoint", ckpt_dir)
+
+    def close(self) -> None:
+        if self.distributed:
+            dist.broadcast_object_list([(STOP, ())], src=0)
+        self.learner.close()
+
+
+def follow(learner) -> None:
+    """A follower rank's loop: consumes rank 0's commands until STOP; produces nothing."""
+    while True:
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0)
+        name, args = box[0]
+        if name == STOP:
+            learner.close()
+            return
+        getattr(learner, name)(*args)
+
+
+def relaunch_under_torchrun(nproc: int, argv: list[str]) -> int:
+    """Re-run this command with `nproc` learner processes; returns torchrun's exit code."""
+    torchrun = shutil.which("torchrun")
+    cmd = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    cmd += ["--standalone", f"--nproc_per_node={nproc}", "-m", "gspo_agents.train", *argv]
+    env = dict(os.environ, GSPO_AGENTS_LAUNCHED="1")
+    return subprocess.call(cmd, env=env)
