@@ -31,6 +31,7 @@ class CounterEnv(TextEnv):
     live = 0
     max_live = 0
     release: asyncio.Event | None = None  # when set by a test, astep waits for it
+    waiting = 0  # episodes currently held by `release`
 
     def __init__(self, max_turns: int = 8) -> None:
         super().__init__(max_turns=max_turns)
@@ -77,12 +78,16 @@ class CounterEnv(TextEnv):
         if task.get("step_delay_s"):
             await asyncio.sleep(task["step_delay_s"])
         if CounterEnv.release is not None:
-            await CounterEnv.release.wait()
+            CounterEnv.waiting += 1
+            try:
+                await CounterEnv.release.wait()
+            finally:
+                CounterEnv.waiting -= 1
         return self.step(action)
 
     @classmethod
     def reset_gauges(cls) -> None:
-        cls.live = cls.max_live = 0
+        cls.live = cls.max_live = cls.waiting = 0
         cls.release = None
 
 
