@@ -13,8 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import selectors
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
 
@@ -85,6 +93,83 @@ async def _announce(server, host: str, port: int) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
     print(f"READY http://{host}:{port}", flush=True)
+
+
+@dataclass(slots=True)
+class ServerProcess:
+    """A `python -m gspo_agents.serve` subprocess (tests, benchmarks, CPU users' scripts)."""
+
+    url: str
+    process: subprocess.Popen
+    log_path: str
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed worker dies (fault-injection tests)."""
+        self.process.kill()
+        self.process.wait()
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-chars:]
+        except OSError:
+            return ""
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def launch(
+    *,
+    model: str | None = "tiny",
+    model_path: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    extra_args: Sequence[str] = (),
+    ready_timeout_s: float = 300.0,
+    env: dict[str, str] | None = None,
+) -> ServerProcess:
+    """Start a server subprocess and wait for its READY line (port 0: the OS picks one)."""
+    source = ["--model-path", model_path] if model_path else ["--model", str(model)]
+    cmd = [sys.executable, "-m", "gspo_agents.serve", *source, "--host", host, "--port", str(port)]
+    log_fd, log_path = tempfile.mkstemp(prefix="gspo-serve-", suffix=".log")
+    process = subprocess.Popen(
+        [*cmd, *extra_args],
+        stdout=subprocess.PIPE,
+        stderr=log_fd,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    os.close(log_fd)
+    server = ServerProcess("", process, log_path)
+    deadline = time.monotonic() + ready_timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(process.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline and process.poll() is None:
+            if sel.select(timeout=0.2):
+                line = process.stdout.readline()
+                if line.startswith("READY "):
+                    server.url = line.split()[1]
+                    return server
+    server.stop()
+    raise RuntimeError(
+        f"`{' '.join(cmd)}` did not become ready within {ready_timeout_s} s "
+        f"(exit code {process.poll()}); its log ends with:\n{server.log_tail()}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

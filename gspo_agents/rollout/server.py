@@ -182,6 +182,7 @@ class LocalServer:
                 "tp_size": 1,
                 "dp_size": 1,
                 "uptime_s": time.time() - self.started_at,
+                "num_live_requests": len(self.engine.request_ids()),
                 "stats": {
                     "requests": self.engine.stats.requests,
                     "forward_steps": self.engine.stats.forward_steps,
