@@ -14,6 +14,7 @@ import difflib
 import importlib
 import importlib.metadata
 import logging
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -41,6 +42,7 @@ SHORT_NAMES: dict[str, str] = {
 }
 
 _plugins_loaded: set[str] = set()
+_plugin_errors: dict[str, str] = {}
 
 
 def register_builtin_envs() -> None:
@@ -53,6 +55,8 @@ def register_builtin_envs() -> None:
 def load_plugins(*, rescan: bool = False) -> list[str]:
     """Run every `gspo_agents.envs` entry point not run yet; returns the names it ran.
 
+    A plugin that fails to import or register is skipped with a warning (one broken package must
+    not take down every env); its error is repeated if its env is then asked for by name.
     `rescan=True` drops the import system's directory caches first, so a package installed
     after this process started is found.
     """
@@ -61,17 +65,22 @@ def load_plugins(*, rescan: bool = False) -> list[str]:
     ran: list[str] = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         key = f"{ep.name}={ep.value}"
-        if key in _plugins_loaded:
+        if key in _plugins_loaded or (key in _plugin_errors and not rescan):
             continue
         try:
             target = ep.load()
-        except Exception as exc:
-            raise ImportError(
-                f"env plugin {ep.name!r} ({ep.value}) from entry-point group {ENTRY_POINT_GROUP!r} "
-                f"failed to import: {exc}. Fix or uninstall the package that declares it."
-            ) from exc
-        if callable(target):
-            target()
+            if callable(target):
+                target()
+        except Exception as exc:  # third-party code: report it, keep the other envs usable
+            _plugin_errors[key] = f"{type(exc).__name__}: {exc}"
+            warnings.warn(
+                f"env plugin {key!r} (entry-point group {ENTRY_POINT_GROUP!r}) failed: "
+                f"{_plugin_errors[key]}. Fix or uninstall the package that declares it.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        _plugin_errors.pop(key, None)
         _plugins_loaded.add(key)
         ran.append(ep.name)
     return ran
@@ -104,8 +113,9 @@ def _unknown_message(name: str) -> str:
         close.insert(0, lowered[name.lower()])
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     ours = [i for i in sorted(gym.registry) if not _is_gymnasium_builtin(i)]
+    broken = "".join(f" Plugin {k!r} failed to load ({v})." for k, v in _plugin_errors.items())
     return (
-        f"Unknown environment {name!r}.{hint} Short names: {', '.join(sorted(SHORT_NAMES))}. "
+        f"Unknown environment {name!r}.{hint}{broken} Short names: {', '.join(sorted(SHORT_NAMES))}. "
         f"Registered ids: {', '.join(ours)}. A custom env must be registered with "
         f"gymnasium.register(id=..., entry_point=...) or through the {ENTRY_POINT_GROUP!r} "
         "entry-point group of an installed package."
