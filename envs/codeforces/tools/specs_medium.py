@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .spec import Spec, ints, lines, word
-from .specs_easy import cpp
+from .specs_easy import CPP_HEAD, cpp
 
 FAST_PY = "import sys\n"
 
@@ -41,7 +41,7 @@ def _ranges(r):
     return lines(f"{n} {q}", ints(a), *qs)
 
 
-CPP_DSU = "#include <bits/stdc++.h>\nusing namespace std;\nvector<int> p;\nint find(int x) { while (p[x] != x) { p[x] = p[p[x]]; x = p[x]; } return x; }\nint main() {\n    int n, m;\n    cin >> n >> m;\n    p.resize(n + 1);\n    iota(p.begin(), p.end(), 0);\n    int c = n;\n    for (int i = 0; i < m; i++) { int a, b; cin >> a >> b; a = find(a); b = find(b); if (a != b) { p[a] = b; c--; } }\n    cout << c << endl;\n    return 0;\n}\n"
+CPP_DSU = CPP_HEAD + "vector<int> p;\nint find(int x) { while (p[x] != x) { p[x] = p[p[x]]; x = p[x]; } return x; }\nint main() {\n    int n, m;\n    cin >> n >> m;\n    p.resize(n + 1);\n    iota(p.begin(), p.end(), 0);\n    int c = n;\n    for (int i = 0; i < m; i++) { int a, b; cin >> a >> b; a = find(a); b = find(b); if (a != b) { p[a] = b; c--; } }\n    cout << c << endl;\n    return 0;\n}\n"
 
 
 SPECS = [

@@ -1,4 +1,15 @@
-#include <bits/stdc++.h>
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <string>
+#include <vector>
 using namespace std;
 int main() {
     string s;
