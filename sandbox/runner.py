@@ -36,6 +36,7 @@ import time
 STDERR_CAP = 64 * 1024
 PR_SET_CHILD_SUBREAPER = 36
 MIB = 1 << 20
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def emit(obj):
@@ -91,22 +92,34 @@ def spawn(argv, stdin_path, cwd, lim):
 
 
 def kill_everything(pid, kill_all):
-    for target in (lambda: os.killpg(pid, signal.SIGKILL),
-                   lambda: os.kill(-1, signal.SIGKILL) if kill_all else None):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def reap_orphans():
+    """SIGKILL the test's process group (and with kill_all every process we may signal) and
+    reap until no descendant is left. We are a subreaper, so every orphan is our child; the
+    loop repeats the kill because a fork bomb forks while being killed."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if kill_all:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            reaped, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
-        if pid == 0:
-            time.sleep(0.001)  # orphans still dying
+        if reaped == 0:
+            time.sleep(0.001)
+
+
+def cpu_seconds(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def supervise(pid, out_fd, err_fd, lim):
@@ -125,7 +138,11 @@ def supervise(pid, out_fd, err_fd, lim):
         if timeout <= 0:
             reason = "wall"
             break
-        for key, _ in sel.select(timeout if not exited else min(timeout, 0.05)):
+        # RLIMIT_CPU has 1 s granularity; polling the leader's CPU time is precise to ~50 ms.
+        if not exited and cpu_seconds(pid) > lim["time_s"]:
+            reason = "cpu"
+            break
+        for key, _ in sel.select(min(timeout, 0.05)):
             if key.data == "exit":
                 exited = True
                 sel.unregister(pidfd)
@@ -150,14 +167,20 @@ def supervise(pid, out_fd, err_fd, lim):
 
 def run_one(argv, stdin_path, cwd, lim, kill_all):
     pid, out_fd, err_fd = spawn(argv, stdin_path, cwd, lim)
+    reason = "runner error"
     try:
         out, err, reason = supervise(pid, out_fd, err_fd, lim)
     finally:
-        kill_everything(pid, kill_all)
+        # Collect the test's own status first (the kill loop below would reap it anonymously).
+        if reason:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         _, status, usage = os.wait4(pid, 0)
+        kill_everything(pid, kill_all)
         os.close(out_fd)
         os.close(err_fd)
-        reap_orphans()
     cpu = usage.ru_utime + usage.ru_stime
     mem_mb = usage.ru_maxrss / 1024.0
     code = os.waitstatus_to_exitcode(status)
@@ -171,7 +194,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all):
 def classify(reason, code, cpu, mem_mb, stderr, lim):
     if reason == "output":
         return "ole", "stdout exceeded %d bytes" % lim["output_bytes"]
-    if reason == "wall" or cpu > lim["time_s"] or code == -signal.SIGXCPU:
+    if reason in ("wall", "cpu") or cpu > lim["time_s"] or code == -signal.SIGXCPU:
         why = "wall time" if reason == "wall" else "CPU time"
         return "tle", "%s limit exceeded (cpu %.2fs)" % (why, cpu)
     memory_hit = mem_mb >= 0.95 * lim["memory_mb"] or "MemoryError" in stderr \

@@ -79,17 +79,26 @@ async def drive(proc: asyncio.subprocess.Process, request: dict[str, Any], decid
 
 
 async def stop_process(proc: asyncio.subprocess.Process) -> str:
-    """Kill the backend process if still alive, reap it, return its stderr tail."""
+    """Kill the backend process if still alive, drain and close its pipes, return stderr's tail."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    if proc.returncode is None:  # let a finished runner exit on its own: its pid namespace
+        with contextlib.suppress(asyncio.TimeoutError):  # is torn down before it is reaped
+            await asyncio.wait_for(proc.wait(), timeout=2)
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
     err = b""
-    if proc.stderr is not None:
-        with contextlib.suppress(Exception):
-            err = await asyncio.wait_for(proc.stderr.read(), timeout=5)
+    with contextlib.suppress(Exception):
+        _, err = await asyncio.wait_for(
+            asyncio.gather(_drain(proc.stdout), _drain(proc.stderr)), timeout=5)
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(proc.wait(), timeout=10)
     return err.decode("utf-8", "replace")[-2000:]
+
+
+async def _drain(stream: asyncio.StreamReader | None) -> bytes:
+    return await stream.read() if stream is not None else b""
 
 
 class Backend(ABC):

@@ -74,7 +74,8 @@ async def test_cpp_memory_bomb_is_mle(sandbox: Sandbox) -> None:
 
 # 3. CPU hog and sleeper -----------------------------------------------------------------------
 async def test_busy_loop_is_tle_by_cpu_time(sandbox: Sandbox) -> None:
-    result = await sandbox.run(py("while True: pass"), [TestCase("")], Limits(time_s=0.5))
+    limits = Limits(time_s=0.5, wall_time_s=30)  # a loaded CI machine must not make it wall
+    result = await sandbox.run(py("while True: pass"), [TestCase("")], limits)
     assert result.verdict is Verdict.TLE, result
     assert "CPU" in result.tests[0].message
 
@@ -233,7 +234,7 @@ async def test_runs_unprivileged_without_capabilities(sandbox: Sandbox) -> None:
     assert report["uid"] != 0 and report["euid"] != 0, report
     assert int(report["cap_eff"], 16) == 0 and int(report["cap_bnd"], 16) == 0, report
     assert report["nnp"] == "1", report
-    assert report["setuid"] == "PermissionError", report
+    assert report["setuid"] in ("PermissionError", "OSError"), report  # EINVAL: 0 unmapped
 
 
 # 10. leftovers --------------------------------------------------------------------------------
