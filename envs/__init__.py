@@ -1,10 +1,10 @@
 """The environment suite: text environments registered with Gymnasium under the `gspo` namespace.
 
-    import envs
-    env = envs.make("arithmetic")            # or "gspo/Arithmetic-v0", or a user's "myenv/Echo-v0"
-    tasks = env.load_tasks("train")
-    messages, info = env.reset(options={"task": tasks[0]})
-    messages, reward, terminated, truncated, info = env.step("\\boxed{42}")
+import envs
+env = envs.make("arithmetic")            # or "gspo/Arithmetic-v0", or a user's "myenv/Echo-v0"
+tasks = env.load_tasks("train")
+messages, info = env.reset(options={"task": tasks[0]})
+messages, reward, terminated, truncated, info = env.step("\\boxed{42}")
 """
 
 from envs.base import Message, TextEnv

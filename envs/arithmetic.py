@@ -83,11 +83,17 @@ class ArithmeticEnv(TextEnv):
         for _ in range(want * 50):  # small spaces (1-digit addition) run out: take what exists
             if len(rows) == want:
                 break
-            operands = [rng.randint(0, self.level.max_operand) for _ in range(self.level.num_operands)]
+            operands = [
+                rng.randint(0, self.level.max_operand) for _ in range(self.level.num_operands)
+            ]
             ops = [rng.choice(self.level.operators) for _ in range(self.level.num_operands - 1)]
             expr = _format(operands, ops)
             if expr not in rows and _split_of(expr) == split:
-                rows[expr] = {"id": f"{split}-{len(rows)}", "expr": expr, "answer": _eval(operands, ops)}
+                rows[expr] = {
+                    "id": f"{split}-{len(rows)}",
+                    "expr": expr,
+                    "answer": _eval(operands, ops),
+                }
         return list(rows.values())
 
     def reference_response(self, task: dict[str, Any]) -> str:
@@ -124,7 +130,9 @@ def _validate(level: Level) -> None:
     if level.max_operand < 1:
         raise ValueError(f"max_operand must be >= 1, got {level.max_operand}")
     if not level.operators or set(level.operators) - set("+-*"):
-        raise ValueError(f"operators must be a non-empty string over '+-*', got {level.operators!r}")
+        raise ValueError(
+            f"operators must be a non-empty string over '+-*', got {level.operators!r}"
+        )
     if level.num_operands < 2:
         raise ValueError(f"num_operands must be >= 2, got {level.num_operands}")
 

@@ -20,7 +20,6 @@ import asyncio
 import re
 from typing import Any
 
-from envs.base import Message
 from envs.errors import InfraError
 from envs.math.boxed import clean_text, extract_boxed
 from envs.math.env import MathEnv
@@ -99,8 +98,14 @@ class MathToolEnv(MathEnv):
 
     def _no_answer_info(self, task: dict[str, Any], reason: str) -> dict[str, Any]:
         return {
-            "parsed_answer": None, "format_ok": False, "answer_parsed": False, "correct": False,
-            "gold": task["answer"], "turn_reward": 0.0, "turn": self.turn, "reason": reason,
+            "parsed_answer": None,
+            "format_ok": False,
+            "answer_parsed": False,
+            "correct": False,
+            "gold": task["answer"],
+            "turn_reward": 0.0,
+            "turn": self.turn,
+            "reason": reason,
         }
 
     # -- the tool -------------------------------------------------------------------------------
@@ -109,10 +114,15 @@ class MathToolEnv(MathEnv):
         from sandbox import Limits, Program, SandboxError, TestCase, Verdict
 
         sandbox = await self._get_sandbox()
-        limits = Limits(time_s=self.code_time_s, memory_mb=self.code_memory_mb,
-                        output_bytes=max(4 * self.max_output_chars, 1 << 14))
+        limits = Limits(
+            time_s=self.code_time_s,
+            memory_mb=self.code_memory_mb,
+            output_bytes=max(4 * self.max_output_chars, 1 << 14),
+        )
         try:
-            result = await sandbox.run(Program("python", code), [TestCase(stdin="", expected=None)], limits)
+            result = await sandbox.run(
+                Program("python", code), [TestCase(stdin="", expected=None)], limits
+            )
         except SandboxError as exc:  # the sandbox's own failure: infrastructure, not the model
             raise InfraError(f"sandbox failed running a tool call: {exc}") from exc
         if result.verdict == Verdict.SE or not result.tests:
@@ -148,7 +158,9 @@ class MathToolEnv(MathEnv):
     # -- lifecycle ------------------------------------------------------------------------------
     async def aclose(self) -> None:
         """Close the sandbox if this env created it (a passed-in sandbox belongs to the caller)."""
-        sandbox, self._sandbox = (self._sandbox, None) if self._owns_sandbox else (None, self._sandbox)
+        sandbox, self._sandbox = (
+            (self._sandbox, None) if self._owns_sandbox else (None, self._sandbox)
+        )
         if sandbox is not None:
             await sandbox.aclose()
 

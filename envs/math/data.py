@@ -41,13 +41,17 @@ def load_math_file(path: str | Path) -> list[dict[str, Any]]:
     elif suffix in (".parquet", ".pq"):
         raw = _read_parquet(path)
     else:
-        raise ValueError(f"math data file {str(path)!r}: use a .jsonl or .parquet file, got {suffix!r}")
+        raise ValueError(
+            f"math data file {str(path)!r}: use a .jsonl or .parquet file, got {suffix!r}"
+        )
     rows = [normalize_row(r, index=i, source=path) for i, r in enumerate(raw)]
     _check_unique_ids(rows, path)
     return rows
 
 
-def normalize_row(raw: dict[str, Any], *, index: int, source: str | Path = "<rows>") -> dict[str, Any]:
+def normalize_row(
+    raw: dict[str, Any], *, index: int, source: str | Path = "<rows>"
+) -> dict[str, Any]:
     """One input row in any accepted shape -> {"id", "question", "answer", ...extras}."""
     where = f"{source} row {index}"
     if not isinstance(raw, dict):
@@ -66,7 +70,9 @@ def normalize_row(raw: dict[str, Any], *, index: int, source: str | Path = "<row
 def _gold_answer(raw: dict[str, Any], where: str) -> str:
     answer = raw.get("answer")
     if isinstance(answer, bool):
-        raise TaskError(f"{where}: 'answer' is a boolean ({answer}); give the answer as text or a number")
+        raise TaskError(
+            f"{where}: 'answer' is a boolean ({answer}); give the answer as text or a number"
+        )
     if isinstance(answer, (int, float)):
         return str(answer)
     if isinstance(answer, str) and answer.strip():
@@ -76,7 +82,9 @@ def _gold_answer(raw: dict[str, Any], where: str) -> str:
         boxed = extract_boxed(solution)
         if boxed:
             return boxed
-        raise TaskError(f"{where}: 'solution' has no \\boxed{{...}} answer; add one or an 'answer' field")
+        raise TaskError(
+            f"{where}: 'solution' has no \\boxed{{...}} answer; add one or an 'answer' field"
+        )
     raise TaskError(f"{where}: needs an 'answer' field or a 'solution' containing \\boxed{{...}}")
 
 
@@ -89,7 +97,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise TaskError(f"{path}:{lineno}: not valid JSON ({exc.msg}); one object per line") from exc
+                raise TaskError(
+                    f"{path}:{lineno}: not valid JSON ({exc.msg}); one object per line"
+                ) from exc
     return rows
 
 

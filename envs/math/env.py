@@ -37,7 +37,9 @@ class MathEnv(TextEnv):
     ) -> None:
         super().__init__(max_turns=max_turns)
         if "{question}" not in prompt_template:
-            raise ValueError(f"prompt_template must contain '{{question}}', got {prompt_template!r}")
+            raise ValueError(
+                f"prompt_template must contain '{{question}}', got {prompt_template!r}"
+            )
         if verify_timeout_s <= 0:
             raise ValueError(f"verify_timeout_s must be > 0, got {verify_timeout_s}")
         self.paths = {"train": train_path, "test": test_path}

@@ -66,8 +66,10 @@ def percent_of(r: random.Random) -> Problem:
 def missing_value(r: random.Random) -> Problem:
     known = [r.randint(1, 50) for _ in range(4)]
     mean = r.randint(max(1, (sum(known) + 1) // 5 + 1), 60)
-    q = (f"The mean of five numbers is ${mean}$. Four of them are "
-         f"${known[0]}$, ${known[1]}$, ${known[2]}$ and ${known[3]}$. What is the fifth number?")
+    q = (
+        f"The mean of five numbers is ${mean}$. Four of them are "
+        f"${known[0]}$, ${known[1]}$, ${known[2]}$ and ${known[3]}$. What is the fifth number?"
+    )
     return q, str(5 * mean - sum(known)), {"mean": mean, "known": known}
 
 
@@ -75,21 +77,25 @@ def missing_value(r: random.Random) -> Problem:
 def linear_equation(r: random.Random) -> Problem:
     a, c = r.sample([x for x in range(-9, 10) if x], 2)
     b, d = r.randint(-20, 20), r.randint(-20, 20)
-    q = (f"Solve for $x$: ${term(a, 'x', first=True)} {term(b)} = "
-         f"{term(c, 'x', first=True)} {term(d)}$.")
+    q = (
+        f"Solve for $x$: ${term(a, 'x', first=True)} {term(b)} = "
+        f"{term(c, 'x', first=True)} {term(d)}$."
+    )
     return q, latex(Fraction(d - b, a - c)), {"a": a, "b": b, "c": c, "d": d}
 
 
 def root_squares(r: random.Random) -> Problem:
     s, t = r.randint(-9, 9), r.randint(-9, 9)
     b, c = -(s + t), s * t
-    q = (f"Let $r$ and $s$ be the roots of $x^2 {term(b, 'x')} {term(c)} = 0$. "
-         "Find $r^2 + s^2$.")
+    q = f"Let $r$ and $s$ be the roots of $x^2 {term(b, 'x')} {term(c)} = 0$. Find $r^2 + s^2$."
     return q, str(s * s + t * t), {"b": b, "c": c}
 
 
 def system_product(r: random.Random) -> Problem:
-    x, y = Fraction(r.randint(-15, 15), r.choice([1, 2])), Fraction(r.randint(-15, 15), r.choice([1, 2]))
+    x, y = (
+        Fraction(r.randint(-15, 15), r.choice([1, 2])),
+        Fraction(r.randint(-15, 15), r.choice([1, 2])),
+    )
     s, d = x + y, x - y
     q = f"Real numbers $x$ and $y$ satisfy $x + y = {latex(s)}$ and $x - y = {latex(d)}$. Find $xy$."
     return q, latex(x * y), {"sum": str(s), "diff": str(d)}
@@ -103,8 +109,10 @@ def composition(r: random.Random) -> Problem:
 
 def series_sum(r: random.Random) -> Problem:
     a, d, n = r.randint(-10, 20), r.randint(-5, 9), r.randint(5, 40)
-    q = (f"An arithmetic sequence has first term ${a}$ and common difference ${d}$. "
-         f"What is the sum of its first ${n}$ terms?")
+    q = (
+        f"An arithmetic sequence has first term ${a}$ and common difference ${d}$. "
+        f"What is the sum of its first ${n}$ terms?"
+    )
     return q, str(n * (2 * a + (n - 1) * d) // 2), {"a": a, "d": d, "n": n}
 
 
@@ -167,8 +175,10 @@ def word_arrangements(r: random.Random) -> Problem:
 def grid_paths_avoiding(r: random.Random) -> Problem:
     w, h = r.randint(3, 7), r.randint(3, 7)
     p, s = r.randint(1, w - 1), r.randint(1, h - 1)
-    q = (f"A path from $(0,0)$ to $({w},{h})$ moves one unit right or one unit up at each step. "
-         f"How many such paths do not pass through the point $({p},{s})$?")
+    q = (
+        f"A path from $(0,0)$ to $({w},{h})$ moves one unit right or one unit up at each step. "
+        f"How many such paths do not pass through the point $({p},{s})$?"
+    )
     total = math.comb(w + h, w) - math.comb(p + s, p) * math.comb(w - p + h - s, w - p)
     return q, str(total), {"w": w, "h": h, "p": p, "s": s}
 
@@ -176,23 +186,29 @@ def grid_paths_avoiding(r: random.Random) -> Problem:
 def dice_sum(r: random.Random) -> Problem:
     sides = r.choice([4, 6, 8, 10])
     target = r.randint(3, 2 * sides - 1)
-    q = (f"Two fair {sides}-sided dice, with faces numbered $1$ to ${sides}$, are rolled. "
-         f"What is the probability that the sum of the two numbers is ${target}$?")
+    q = (
+        f"Two fair {sides}-sided dice, with faces numbered $1$ to ${sides}$, are rolled. "
+        f"What is the probability that the sum of the two numbers is ${target}$?"
+    )
     ways = sum(1 for x in range(1, sides + 1) if 1 <= target - x <= sides)
     return q, latex(Fraction(ways, sides * sides)), {"sides": sides, "target": target}
 
 
 def derangements(r: random.Random) -> Problem:
     n = r.randint(3, 9)
-    q = (f"${n}$ people each put a hat in a box and then each takes one hat back at random. "
-         "In how many of the possible assignments does nobody get their own hat?")
+    q = (
+        f"${n}$ people each put a hat in a box and then each takes one hat back at random. "
+        "In how many of the possible assignments does nobody get their own hat?"
+    )
     return q, str(_derangements(n)), {"n": n}
 
 
 def stars_and_bars(r: random.Random) -> Problem:
     k, n = r.randint(2, 5), r.randint(6, 15)
-    q = (f"In how many ways can ${n}$ identical balls be placed into ${k}$ distinct boxes "
-         "so that every box gets at least one ball?")
+    q = (
+        f"In how many ways can ${n}$ identical balls be placed into ${k}$ distinct boxes "
+        "so that every box gets at least one ball?"
+    )
     return q, str(math.comb(n - 1, k - 1)), {"n": n, "k": k}
 
 
@@ -220,10 +236,22 @@ TEMPLATES: dict[str, tuple[str, Callable[[random.Random], Problem]]] = {
     for topic, fs in {
         "arithmetic": [frac_sum, order_of_ops, percent_of, missing_value],
         "algebra": [linear_equation, root_squares, system_product, composition, series_sum],
-        "number_theory": [divisor_count, power_mod, lcm_minus_gcd, digit_sum_power,
-                          divisible_by_either, modular_inverse],
-        "combinatorics": [committee, word_arrangements, grid_paths_avoiding, dice_sum,
-                          derangements, stars_and_bars],
+        "number_theory": [
+            divisor_count,
+            power_mod,
+            lcm_minus_gcd,
+            digit_sum_power,
+            divisible_by_either,
+            modular_inverse,
+        ],
+        "combinatorics": [
+            committee,
+            word_arrangements,
+            grid_paths_avoiding,
+            dice_sum,
+            derangements,
+            stars_and_bars,
+        ],
     }.items()
     for f in fs
 }
@@ -242,8 +270,14 @@ def generate(per_template: int = PER_TEMPLATE, seed: int = SEED) -> dict[str, li
             if question in seen:
                 continue
             seen.add(question)
-            row = {"id": f"{name}-{len(seen)}", "question": question, "answer": answer,
-                   "topic": topic, "template": name, "params": params}
+            row = {
+                "id": f"{name}-{len(seen)}",
+                "question": question,
+                "answer": answer,
+                "topic": topic,
+                "template": name,
+                "params": params,
+            }
             splits[_split_of(question)].append(row)
     return splits
 

@@ -100,7 +100,9 @@ class VerifierPool:
         self._generation = 0  # bumped on every restart, so victims of a restart can retry
 
     # public API
-    async def averify(self, gold: str, pred: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verification:
+    async def averify(
+        self, gold: str, pred: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> Verification:
         for attempt in range(2):
             executor, generation = await asyncio.to_thread(self._started)
             future = executor.submit(_verify_task, gold, pred)
@@ -108,7 +110,9 @@ class VerifierPool:
                 result = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
             except (asyncio.TimeoutError, TimeoutError) as exc:
                 self._restart(generation)
-                raise InfraError(f"math-verify took longer than {timeout_s} s; worker restarted") from exc
+                raise InfraError(
+                    f"math-verify took longer than {timeout_s} s; worker restarted"
+                ) from exc
             except BrokenProcessPool as exc:
                 if self._was_restarted_since(generation) and attempt == 0:
                     continue
@@ -125,7 +129,9 @@ class VerifierPool:
                 return Verification(*future.result(timeout=timeout_s))
             except cf.TimeoutError as exc:
                 self._restart(generation)
-                raise InfraError(f"math-verify took longer than {timeout_s} s; worker restarted") from exc
+                raise InfraError(
+                    f"math-verify took longer than {timeout_s} s; worker restarted"
+                ) from exc
             except BrokenProcessPool as exc:
                 if self._was_restarted_since(generation) and attempt == 0:
                     continue
@@ -164,7 +170,9 @@ class VerifierPool:
                         f.result(timeout=_STARTUP_TIMEOUT_S)
                 except Exception as exc:
                     _kill(executor)
-                    raise InfraError(f"could not start math-verify worker processes: {exc}") from exc
+                    raise InfraError(
+                        f"could not start math-verify worker processes: {exc}"
+                    ) from exc
                 self._executor = executor
             return self._executor, self._generation
 

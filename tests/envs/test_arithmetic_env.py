@@ -74,8 +74,21 @@ def test_prompt_is_short():
         ("x" * (1 << 20) + "\\boxed{19}", 1.0, True),
         ("\\boxed{" + "9" * 5000 + "}", 0.0, False),
     ],
-    ids=["boxed", "spaces", "wrong", "last-box", "no-box", "float", "word", "empty", "unclosed",
-         "surrogates", "1MB-unbalanced", "1MB-then-box", "huge-number"],
+    ids=[
+        "boxed",
+        "spaces",
+        "wrong",
+        "last-box",
+        "no-box",
+        "float",
+        "word",
+        "empty",
+        "unclosed",
+        "surrogates",
+        "1MB-unbalanced",
+        "1MB-then-box",
+        "huge-number",
+    ],
 )
 def test_rewards(text, reward, format_ok):
     env = ArithmeticEnv(1)
@@ -93,8 +106,13 @@ def test_astep_equals_step():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"difficulty": 9}, "difficulty"), ({"operators": "/"}, "operators"), ({"max_operand": 0}, "max_operand"),
-     ({"num_operands": 1}, "num_operands"), ({"prompt_template": "no slot"}, "prompt_template")],
+    [
+        ({"difficulty": 9}, "difficulty"),
+        ({"operators": "/"}, "operators"),
+        ({"max_operand": 0}, "max_operand"),
+        ({"num_operands": 1}, "num_operands"),
+        ({"prompt_template": "no slot"}, "prompt_template"),
+    ],
 )
 def test_bad_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):

@@ -117,8 +117,16 @@ def test_a_broken_plugin_warns_and_is_named_when_asked_for(tmp_path):
         )
     )
     (src / f"{MODULE}.py").write_text("")
-    done = _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-                "--target", str(site), str(src))
+    done = _pip(
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-q",
+        "--target",
+        str(site),
+        str(src),
+    )
     assert done.returncode == 0, done.stderr
     code = (
         "import envs\n"
@@ -126,7 +134,10 @@ def test_a_broken_plugin_warns_and_is_named_when_asked_for(tmp_path):
         "try:\n    envs.make('myenv/Echo-v0')\n"
         "except ValueError as e:\n    print(e)\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert "gspo_no_such_module" in out.stderr and "RuntimeWarning" in out.stderr  # the warning

@@ -37,7 +37,9 @@ def test_builtin_ids_are_registered_in_the_gspo_namespace():
     for env_id in ("gspo/Arithmetic-v0", "gspo/Math-v0", "gspo/MathTool-v0", "gspo/Codeforces-v0"):
         assert env_id in ids
         assert gym.spec(env_id).namespace == "gspo"
-        assert isinstance(gym.spec(env_id).entry_point, str)  # lazy: nothing imported at registration
+        assert isinstance(
+            gym.spec(env_id).entry_point, str
+        )  # lazy: nothing imported at registration
 
 
 def test_short_name_and_full_id_build_the_same_class():

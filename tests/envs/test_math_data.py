@@ -128,8 +128,10 @@ def test_reference_responses_score_one_on_shipped_test(pool):
 
 # -- user data -------------------------------------------------------------------------------------
 ROWS_QA = [{"question": "1+1?", "answer": "2"}, {"question": "Half?", "answer": "0.5"}]
-ROWS_PS = [{"problem": "1+1?", "solution": "Clearly \\boxed{2}."},
-           {"problem": "Half?", "solution": "We get \\boxed{\\frac{1}{2}} so done."}]
+ROWS_PS = [
+    {"problem": "1+1?", "solution": "Clearly \\boxed{2}."},
+    {"problem": "Half?", "solution": "We get \\boxed{\\frac{1}{2}} so done."},
+]
 
 
 def _write_jsonl(path: Path, rows) -> Path:

@@ -50,8 +50,21 @@ def test_prompt_asks_for_a_boxed_answer(pool):
         ("\\boxed{" * 150_000, 0.0, False),  # ~1 MB of unbalanced boxes
         ("\\boxed{" + "1+" * 500_000 + "1}", 0.0, True),  # 1 MB inside the box: not sent to sympy
     ],
-    ids=["boxed-decimal", "dfrac", "wrong", "empty", "no-box", "unclosed", "empty-box", "unreadable",
-         "extra-braces", "surrogates", "1MB-no-box", "1MB-unbalanced", "1MB-in-box"],
+    ids=[
+        "boxed-decimal",
+        "dfrac",
+        "wrong",
+        "empty",
+        "no-box",
+        "unclosed",
+        "empty-box",
+        "unreadable",
+        "extra-braces",
+        "surrogates",
+        "1MB-no-box",
+        "1MB-unbalanced",
+        "1MB-in-box",
+    ],
 )
 async def test_malformed_output_gets_a_reward(env, text, reward, format_ok):
     _, r, terminated, truncated, info = await env.astep(text)

@@ -43,7 +43,9 @@ def test_equivalent_forms_verify(pool, gold, pred):
     assert pool.verify(gold, pred) == Verification(correct=True, gold_ok=True, pred_ok=True)
 
 
-@pytest.mark.parametrize("gold, pred", [("\\frac{1}{2}", "0.51"), ("204", "205"), ("(2, -3)", "(-3, 2)")])
+@pytest.mark.parametrize(
+    "gold, pred", [("\\frac{1}{2}", "0.51"), ("204", "205"), ("(2, -3)", "(-3, 2)")]
+)
 def test_different_values_do_not_verify(pool, gold, pred):
     v = pool.verify(gold, pred)
     assert not v.correct and v.gold_ok and v.pred_ok

@@ -11,7 +11,11 @@ from envs.errors import InfraError
 from envs.math.verify import VerifierPool
 from envs.mathtool import MathToolEnv
 
-TASK = {"id": "sq", "question": "What is 123456789 squared, divided by 3?", "answer": "5080526250063507"}
+TASK = {
+    "id": "sq",
+    "question": "What is 123456789 squared, divided by 3?",
+    "answer": "5080526250063507",
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,9 @@ async def test_code_output_returns_and_the_final_answer_is_verified(pool, sandbo
     assert (reward, terminated, truncated, info["tool_verdict"]) == (0.0, False, False, "OK")
     assert obs[0]["role"] == "user" and "5080526250063507" in obs[0]["content"]
 
-    obs, reward, terminated, truncated, info = await env.astep("So the answer is \\boxed{5080526250063507}.")
+    obs, reward, terminated, truncated, info = await env.astep(
+        "So the answer is \\boxed{5080526250063507}."
+    )
     assert (obs, reward, terminated, truncated, info["correct"]) == ([], 1.0, True, False, True)
 
 
