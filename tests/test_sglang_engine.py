@@ -1,0 +1,333 @@
+"""SGLangEngine over real HTTP against `python -m gspo_agents.serve` subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+import httpx
+import pytest
+import torch
+
+from gspo_agents.logprobs import token_logprobs
+from gspo_agents.models import ModelConfig, load_model, resolve_model
+from gspo_agents.rollout.engine import (
+    Engine,
+    EngineRequestError,
+    EngineUnavailable,
+    SamplingParams,
+)
+from gspo_agents.rollout.sglang_engine import (
+    SGLangEngine,
+    parse_generation,
+    route_key_of,
+    sampling_json,
+)
+from gspo_agents.serve import launch
+
+TOL = 1e-4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_path() -> str:
+    return resolve_model(ModelConfig(name="tiny"))
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_path):
+    return load_model(tiny_path)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path):
+    with launch(model_path=tiny_path, extra_args=["--num-threads", "1"]) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def engine(server):
+    eng = SGLangEngine([server.url], connect_timeout_s=5.0)
+    yield eng
+    await eng.close()
+
+
+async def stats(url: str) -> dict:
+    async with httpx.AsyncClient() as c:
+        return (await c.get(url + "/get_server_info")).json()
+
+
+async def wait_steps(url: str, steps: int) -> None:
+    start = (await stats(url))["stats"]["forward_steps"]
+    while (await stats(url))["stats"]["forward_steps"] < start + steps:
+        await asyncio.sleep(0.02)
+
+
+def assert_learner_logprobs(model, prompt, gen, temperature=1.0):
+    ids = torch.tensor([prompt + gen.token_ids])
+    with torch.no_grad():
+        expected = token_logprobs(model(ids).logits, ids, temperature)[0, len(prompt) :]
+    got = torch.tensor(gen.logprobs)
+    assert torch.allclose(got, expected, atol=TOL, rtol=0), (got - expected).abs().max()
+
+
+# --- pure functions --------------------------------------------------------------------------
+
+
+def test_route_key_strips_the_managers_uuid_suffix():
+    u = uuid.uuid4().hex
+    assert route_key_of(f"task7-s3-{u}") == "task7-s3"
+    assert route_key_of("traj-42") == "traj-42"
+    assert route_key_of(u) == u
+
+
+def test_sampling_is_sent_explicitly():
+    params = sampling_json(SamplingParams(max_new_tokens=5, temperature=0.5, stop_token_ids=(2,)))
+    assert params["temperature"] == 0.5 and params["top_p"] == 1.0 and params["top_k"] == -1
+    assert params["max_new_tokens"] == 5 and params["stop_token_ids"] == [2]
+    assert "sampling_seed" not in params
+
+
+def test_parse_generation_tolerates_shape_drift():
+    body = {
+        "meta_info": {
+            "finish_reason": None,
+            "weight_version": "default",
+            "output_token_logprobs": [[-1.5, 7, None], [-0.5, 9, "x"]],
+        }
+    }
+    gen = parse_generation(body, fallback_version=3, max_new_tokens=10)
+    assert gen.token_ids == [7, 9] and gen.logprobs == [-1.5, -0.5]
+    assert gen.finish_reason == "abort" and gen.weight_version == 3
+    body["meta_info"]["finish_reason"] = {"type": "stop", "matched": 9}
+    body["meta_info"]["weight_version"] = "4"
+    gen = parse_generation(body, 3, 10)
+    assert gen.finish_reason == "stop" and gen.meta["matched"] == 9 and gen.weight_version == 4
+
+
+# --- one worker ------------------------------------------------------------------------------
+
+
+async def test_generate_over_http_matches_learner_logprobs(engine, reference):
+    assert isinstance(engine, Engine)
+    prompt = [1, 60, 61]
+    gen = await engine.generate(prompt, SamplingParams(max_new_tokens=12, temperature=0.8), "a-1")
+    assert gen.finish_reason in ("stop", "length") and len(gen.token_ids) > 0
+    assert gen.weight_version == engine.weight_version == 0
+    assert_learner_logprobs(reference, prompt, gen, 0.8)
+
+
+async def test_concurrent_generates_are_batched_by_the_server(engine, server, reference):
+    await engine.pause()
+    before = (await stats(server.url))["stats"]["requests"]
+    prompts = [[1, 100 + i, 200 + i] for i in range(32)]
+    tasks = [
+        asyncio.create_task(engine.generate(p, SamplingParams(max_new_tokens=6), f"c{i}"))
+        for i, p in enumerate(prompts)
+    ]
+    while (await stats(server.url))["stats"]["requests"] < before + 32:
+        await asyncio.sleep(0.02)
+    await engine.resume()
+    gens = await asyncio.gather(*tasks)
+    assert (await stats(server.url))["stats"]["max_running"] >= 32
+    for p, g in zip(prompts[:4], gens, strict=False):
+        assert_learner_logprobs(reference, p, g)
+
+
+async def test_abort_returns_partial_tokens(engine, server, reference):
+    prompt = [1, 70]
+    task = asyncio.create_task(engine.generate(prompt, SamplingParams(max_new_tokens=3000), "ab"))
+    await wait_steps(server.url, 5)
+    await engine.abort("ab")
+    gen = await task
+    if gen.finish_reason != "stop":
+        assert gen.finish_reason == "abort" and 0 < len(gen.token_ids) < 3000
+    assert_learner_logprobs(reference, prompt, gen)
+
+
+async def test_pause_and_resume(engine, server):
+    running = asyncio.create_task(engine.generate([1, 5], SamplingParams(max_new_tokens=3000), "p"))
+    await wait_steps(server.url, 3)
+    await engine.pause()
+    assert (await running).finish_reason in ("abort", "stop")
+    held = asyncio.create_task(engine.generate([1, 5], SamplingParams(max_new_tokens=3), "q"))
+    await asyncio.sleep(0.3)
+    assert not held.done()
+    await engine.resume()
+    assert (await held).finish_reason in ("length", "stop")
+
+
+async def test_cancelled_generate_is_aborted_server_side(engine, server):
+    task = asyncio.create_task(engine.generate([1, 6], SamplingParams(max_new_tokens=3000), "x"))
+    await wait_steps(server.url, 3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(500):
+        if (await stats(server.url))["num_live_requests"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert (await stats(server.url))["num_live_requests"] == 0
+
+
+async def test_update_weights_from_disk_changes_version_and_logprobs(
+    engine, tiny_path, reference, tmp_path
+):
+    torch.manual_seed(2)
+    new_model = load_model(tiny_path)
+    with torch.no_grad():
+        for p in new_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    new_model.save_pretrained(tmp_path)
+    prompt = [1, 33, 44]
+    try:
+        await engine.pause()
+        await engine.update_weights(str(tmp_path), 9)
+        await engine.resume()
+        assert engine.weight_version == 9
+        gen = await engine.generate(prompt, SamplingParams(max_new_tokens=8), "u")
+        assert gen.weight_version == 9
+        assert_learner_logprobs(new_model, prompt, gen)
+        with pytest.raises(AssertionError):
+            assert_learner_logprobs(reference, prompt, gen)
+    finally:
+        await engine.update_weights(tiny_path, 0)
+
+
+async def test_request_errors_are_not_retried(engine):
+    with pytest.raises(EngineRequestError, match="context length"):
+        await engine.generate([1, 2], SamplingParams(max_new_tokens=100_000), "too-long")
+    with pytest.raises(EngineRequestError, match="failed to load"):
+        await engine.update_weights("/nonexistent/checkpoint", 1)
+
+
+@pytest.mark.timeout(60)
+async def test_unreachable_url_fails_clearly_within_seconds():
+    url = f"http://127.0.0.1:{free_port()}"
+    eng = SGLangEngine([url], connect_timeout_s=1.0, max_attempts=2, backoff_s=0.05)
+    try:
+        with pytest.raises(EngineUnavailable, match=url.split("//")[1]):
+            await eng.generate([1, 2], SamplingParams(max_new_tokens=2), "r")
+        with pytest.raises(ValueError, match="at least one URL"):
+            SGLangEngine([])
+    finally:
+        await eng.close()
+
+
+# --- several workers -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path, tmp_path):
+    port = free_port()
+    second = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
+    eng = SGLangEngine([server.url, second.url], down_cooldown_s=0.5, backoff_s=0.05)
+    try:
+        await eng.start()
+        assert eng.worker_urls == [server.url, second.url]
+        keys = [f"traj{i}" for i in range(16)]
+        chosen = {k: await eng._pick(k, 0) for k in keys}
+        assert set(chosen.values()) == {server.url, second.url}  # keys spread over both
+        for k in keys[:4]:  # sticky: a trajectory's turns all go to its worker
+            rid = f"{k}-{uuid.uuid4().hex}"
+            assert await eng._pick(route_key_of(rid), 0) == chosen[k]
+
+        before = (await stats(second.url))["stats"]["requests"]
+        mine = [k for k in keys if chosen[k] == second.url]
+        for k in mine:
+            await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{k}-{uuid.uuid4().hex}")
+        assert (await stats(second.url))["stats"]["requests"] == before + len(mine)
+
+        # Control calls reach every worker.
+        load_model(tiny_path).save_pretrained(tmp_path)
+        await eng.update_weights(str(tmp_path), 4)
+        for url in (server.url, second.url):
+            async with httpx.AsyncClient() as c:
+                assert (await c.get(url + "/get_model_info")).json()["weight_version"] == "4"
+
+        # A dead worker's trajectories fail over to the survivor; nothing raises.
+        second.kill()
+        gens = await asyncio.gather(
+            *(
+                eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{k}-{uuid.uuid4().hex}")
+                for k in mine
+            )
+        )
+        assert all(g.weight_version == 4 for g in gens)
+        assert await eng.health()  # one worker is enough to serve
+        assert (await eng.worker_health())[second.url] is False
+
+        # It missed this update: it is stale until it comes back and gets it replayed.
+        await eng.update_weights(tiny_path, 5)
+        revived = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
+        try:
+            await asyncio.sleep(0.6)  # past the cooldown
+            gen = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-x")
+            assert gen.weight_version == 5
+            async with httpx.AsyncClient() as c:
+                info = (await c.get(second.url + "/get_model_info")).json()
+            assert info["weight_version"] == "5"  # replayed before it served again
+        finally:
+            revived.stop()
+    finally:
+        second.stop()
+        await eng.close()
+        async with httpx.AsyncClient() as c:
+            await c.post(
+                server.url + "/update_weights_from_disk",
+                json={"model_path": tiny_path, "weight_version": "0"},
+            )
+
+
+# --- distributed weight update ---------------------------------------------------------------
+
+
+async def test_update_weights_from_distributed_over_gloo(engine, tiny_path, reference):
+    """The NCCL protocol, run with the gloo backend so it runs on this CPU machine."""
+    new_model = load_model(tiny_path)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in new_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    named = list(new_model.state_dict().items())
+    await engine.init_weights_update_group(
+        "127.0.0.1", free_port(), group_name="gloo_sync", backend="gloo", timeout_s=60
+    )
+    try:
+        await engine.update_weights_from_distributed(named, 11, group_name="gloo_sync")
+        assert engine.weight_version == 11
+        prompt = [1, 12, 13]
+        gen = await engine.generate(prompt, SamplingParams(max_new_tokens=6), "d")
+        assert gen.weight_version == 11
+        assert_learner_logprobs(new_model, prompt, gen)
+    finally:
+        await engine.update_weights(tiny_path, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="NCCL weight sync needs 2 CUDA devices: the learner rank and the engine rank may not "
+    "share a GPU (NCCL rejects duplicate devices in one communicator)",
+)
+async def test_update_weights_from_distributed_over_nccl(tiny_path):
+    with launch(model_path=tiny_path, env={"CUDA_VISIBLE_DEVICES": "1"}) as srv:
+        eng = SGLangEngine([srv.url])
+        try:
+            new_model = load_model(tiny_path).to("cuda:0")
+            with torch.no_grad():
+                for p in new_model.parameters():
+                    p.mul_(1.1)
+            await eng.init_weights_update_group("127.0.0.1", free_port(), backend="nccl")
+            await eng.update_weights_from_distributed(list(new_model.state_dict().items()), 2)
+            gen = await eng.generate([1, 12, 13], SamplingParams(max_new_tokens=6), "g")
+            assert gen.weight_version == 2
+            assert_learner_logprobs(new_model.cpu(), [1, 12, 13], gen)
+        finally:
+            await eng.close()
