@@ -87,10 +87,10 @@ def load_plugins(*, rescan: bool = False) -> list[str]:
 
 
 def registered_ids() -> list[str]:
-    """All env ids Gymnasium knows of, built-in and third-party (after loading plugins)."""
+    """Env ids usable here: ours and third-party ones (Gymnasium's own control tasks left out)."""
     register_builtin_envs()
     load_plugins()
-    return sorted(gym.registry)
+    return [i for i in sorted(gym.registry) if not _is_gymnasium_builtin(i)]
 
 
 def resolve_id(name_or_id: str) -> str:

@@ -73,6 +73,7 @@ def test_a_users_own_gymnasium_registration_is_made_by_id():
         env.reset(options={"task": task})
         assert env.step("yo")[1] == 1.0
         assert "usertest/Echo-v0" in envs.registered_ids()
+        assert "CartPole-v1" not in envs.registered_ids()
         assert envs.make("usertest/Echo-v0", word="other").word == "other"
     finally:
         del gym.registry["usertest/Echo-v0"]

@@ -126,3 +126,26 @@ def test_sync_step_with_its_own_sandbox(pool):
     assert "42" in obs[0]["content"] and reward == 0.0
     assert env.step("\\boxed{5080526250063507}")[1] == 1.0
     env.close()
+
+
+async def test_a_container_killed_mid_run_is_an_infra_error(pool, sandbox):
+    """The real failure: the docker container running the tool call disappears under it."""
+    import asyncio
+    import subprocess
+
+    if sandbox.backend_name != "docker":
+        pytest.skip(f"kills a docker container; this sandbox uses {sandbox.backend_name}")
+    env = MathToolEnv(pool=pool, sandbox=sandbox, code_time_s=20.0)
+    env.reset(options={"task": TASK})
+    step = asyncio.create_task(env.astep(code("import time\ntime.sleep(15)")))
+    live = sandbox._backend._live  # the sandbox's own containers only, never anyone else's
+    for _ in range(200):
+        if live:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # the runner is inside the container by now
+    ids = list(live)
+    assert ids, "the docker backend started no container"
+    subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=True)
+    with pytest.raises(InfraError, match="system error"):
+        await step
