@@ -123,9 +123,9 @@ def _unknown_message(name: str) -> str:
 
 
 def _is_gymnasium_builtin(env_id: str) -> bool:
-    spec = gym.registry[env_id]
-    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
-    return entry.startswith(("gymnasium.", "shimmy.", "ale_py."))
+    entry = gym.registry[env_id].entry_point
+    origin = entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+    return origin.startswith(("gymnasium.", "shimmy.", "ale_py."))
 
 
 def make(name_or_id: str, **kwargs: Any) -> TextEnv:
