@@ -1,0 +1,166 @@
+"""RolloutManager over real HTTP: `python -m gspo_agents.serve` subprocesses + SGLangEngine.
+
+Covers multi-turn trajectories whose env segments are masked, a partial rollout across a weight
+update (tokens before and after carry different versions; the resumed part's log-probs are the
+new weights'), and a worker killed mid-rollout (trajectories resume on the survivor or are marked
+error; the step completes; the restarted worker is used again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from test_manager_support import (
+    CounterEnv,
+    forward_logprobs,
+    model_positions,
+    perturbed_weights,
+    tiny_model_dir,
+    tiny_tokenizer,
+)
+
+from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+from gspo_agents.rollout.sglang_engine import SGLangEngine
+from gspo_agents.serve import ServerProcess, launch
+from gspo_agents.trajectory import Status, flatten
+
+SERVER_ARGS = ["--num-threads", "1", "--max-batch-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    return tiny_model_dir()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    with launch(model_path=model_dir, extra_args=SERVER_ARGS) as proc:
+        yield proc
+
+
+@pytest.fixture(autouse=True)
+def _gauges():
+    CounterEnv.reset_gauges()
+    yield
+    CounterEnv.reset_gauges()
+
+
+def _manager(engine, tokenizer, **cfg) -> RolloutManager:
+    cfg = {"num_samples_per_task": 2, "max_new_tokens_per_turn": 12, **cfg}
+    return RolloutManager(engine, lambda: CounterEnv(), tokenizer, RolloutConfig(**cfg))
+
+
+def _assert_engine_saw_these_ids(traj, model_dir: str, version_dirs: dict[int, str]) -> None:
+    """Every model token's engine log-prob equals a plain forward of the weights of its version
+    over the assembled ids: the ids are byte for byte what the server continued from."""
+    refs = {v: forward_logprobs(d, traj.token_ids) for v, d in version_dirs.items()}
+    for pos, _, lp, version in model_positions(traj):
+        assert lp == pytest.approx(refs[version][pos], abs=1e-4), (pos, version)
+
+
+async def test_multi_turn_over_http_masks_env_segments(server, tokenizer, model_dir):
+    engine = SGLangEngine([server.url])
+    try:
+        mgr = _manager(engine, tokenizer)
+        result = await mgr.collect([{"id": "h", "turns": 3}])
+    finally:
+        await engine.close()
+    trajs = result.trajectories
+    assert len(trajs) == 2 and all(t.status == Status.COMPLETE for t in trajs)
+    batch = flatten(trajs, [1.0, -1.0], pad_id=0)
+    for row, traj in enumerate(trajs):
+        assert [s.kind for s in traj.segments] == ["model", "env"] * 2 + ["model"]
+        pos = len(traj.prompt_ids)
+        for seg in traj.segments:
+            n = len(seg.token_ids)
+            expected = 1.0 if seg.kind == "model" else 0.0
+            assert bool((batch.loss_mask_BT[row, pos : pos + n] == expected).all())
+            if seg.kind == "env":
+                assert bool((batch.versions_BT[row, pos : pos + n] == -1).all())
+            pos += n
+        _assert_engine_saw_these_ids(traj, model_dir, {0: model_dir})
+
+
+async def _decoding_started(url: str, min_live: int = 1) -> None:
+    """Wait until the server has at least `min_live` requests in flight."""
+    async with httpx.AsyncClient() as client:
+        while True:
+            info = (await client.get(url + "/get_server_info")).json()
+            if info.get("num_live_requests", 0) >= min_live:
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_partial_rollout_over_http_across_a_weight_update(
+    server, tokenizer, model_dir, tmp_path
+):
+    new_dir = perturbed_weights(model_dir, tmp_path / "v1")
+    engine = SGLangEngine([server.url])
+    try:
+        mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=64)
+        collecting = asyncio.create_task(mgr.collect([{"id": "p", "turns": 1}]))
+        await _decoding_started(server.url, min_live=2)
+        await asyncio.sleep(0.1)  # a few tokens under version 0
+        await mgr.update_weights(new_dir, version=1)
+        result = await collecting
+        for traj in result.trajectories:
+            versions = traj.versions
+            assert versions[0] == 0 and versions[-1] == 1, versions
+            assert len(traj.segments) == 1  # the interrupted turn continued in place
+            _assert_engine_saw_these_ids(traj, model_dir, {0: model_dir, 1: new_dir})
+        assert result.metrics["rollout/aborted_generations"] >= 2
+    finally:
+        # Later tests in this module expect the original weights.
+        await engine.update_weights(model_dir, version=2)
+        await engine.close()
+
+
+async def _served_requests(url: str) -> int:
+    async with httpx.AsyncClient() as client:
+        return int((await client.get(url + "/get_server_info")).json()["stats"]["requests"])
+
+
+@pytest.mark.slow
+async def test_killed_worker_mid_rollout_resumes_on_the_survivor(tokenizer, model_dir):
+    victim: ServerProcess = launch(model_path=model_dir, extra_args=SERVER_ARGS)
+    survivor: ServerProcess = launch(model_path=model_dir, extra_args=SERVER_ARGS)
+    port = victim.url.rsplit(":", 1)[1]
+    engine = SGLangEngine([victim.url, survivor.url], down_cooldown_s=0.5)
+    try:
+        mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=48)
+        tasks = [{"id": f"k{i}", "turns": 2} for i in range(4)]
+        collecting = asyncio.create_task(mgr.collect(tasks))
+        await _decoding_started(victim.url)
+        victim.kill()  # SIGKILL mid-generation: its in-flight requests never answer
+        result = await asyncio.wait_for(collecting, timeout=300)
+
+        trajs = result.trajectories
+        assert len(trajs) == 8  # the step completed: every sample is accounted for
+        for traj in trajs:
+            assert traj.status in (Status.COMPLETE, Status.ERROR)
+            if traj.status == Status.ERROR:
+                assert traj.error and traj.reward is None
+            else:  # resumed on the survivor from the ids it had; the ids are still exact
+                _assert_engine_saw_these_ids(traj, model_dir, {0: model_dir})
+        assert sum(t.status == Status.COMPLETE for t in trajs) >= 1
+
+        # The worker comes back on its port and takes its share of new trajectories again.
+        revived = launch(model_path=model_dir, port=int(port), extra_args=SERVER_ARGS)
+        try:
+            await asyncio.sleep(0.6)  # past the engine's cooldown for the dead worker
+            again = await mgr.collect([{"id": f"r{i}", "turns": 1} for i in range(6)])
+            assert all(t.status == Status.COMPLETE for t in again.trajectories)
+            assert await _served_requests(revived.url) > 0
+        finally:
+            revived.stop()
+    finally:
+        await engine.close()
+        victim.stop()
+        survivor.stop()
