@@ -135,18 +135,21 @@ async def test_env_failures_are_errors_never_a_zero_reward(engine, tokenizer):
         {"id": "infra", "turns": 3, "infra_error_on_turn": 2},
         {"id": "bug", "turns": 3, "raise_on_turn": 1},
         {"id": "ok", "turns": 1},
+        {"id": "no-sandbox", "turns": 1, "infra_error_on_reset": True},
     ]
     result = await mgr.collect(tasks)
-    infra, bug, ok = result.groups
+    infra, bug, ok, no_sandbox = result.groups
     for traj in infra:
         assert traj.status == Status.ERROR and traj.reward is None and not traj.trainable
         assert "sandbox died on turn 2" in traj.error and traj.info["error_kind"] == "env_infra"
     for traj in bug:
         assert traj.status == Status.ERROR and "RuntimeError: env bug" in traj.error
     assert all(t.status == Status.COMPLETE for t in ok)
+    for traj in no_sandbox:
+        assert traj.status == Status.ERROR and "did not start" in traj.error
     m = result.metrics
-    assert (m["rollout/error_env_infra"], m["rollout/error_env_exception"]) == (2, 2)
-    assert m["rollout/error"] == 4 and m["rollout/complete"] == 2
+    assert (m["rollout/error_env_infra"], m["rollout/error_env_exception"]) == (4, 2)
+    assert m["rollout/error"] == 6 and m["rollout/complete"] == 2
     assert CounterEnv.live == 0  # every env was closed
 
 

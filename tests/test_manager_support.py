@@ -24,7 +24,7 @@ class CounterEnv(TextEnv):
 
     Reward: 1.0 when the total length of the model's answers is even, else 0.0 — arbitrary, but a
     function of what the model said, so groups have spread. Task keys steer failures:
-    `infra_error_on_turn` / `raise_on_turn` (1-based) and `step_delay_s`. A class-level gauge
+    `infra_error_on_reset`, `infra_error_on_turn` / `raise_on_turn` (1-based), `step_delay_s`. A class-level gauge
     records how many episodes are live at once.
     """
 
@@ -45,6 +45,8 @@ class CounterEnv(TextEnv):
         ]
 
     def reset(self, *, seed=None, options=None):
+        if options and options.get("task", {}).get("infra_error_on_reset"):
+            raise InfraError("sandbox for this episode did not start")
         out = super().reset(seed=seed, options=options)
         self.actions = []
         if not self._open:

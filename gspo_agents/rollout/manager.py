@@ -121,6 +121,7 @@ class _Stats:
     engine_s: float = 0.0
     engine_retries: int = 0
     aborted_generations: int = 0
+    behind_version_generations: int = 0
     restarted_stale: int = 0
     dropped_stale: int = 0
     errors: collections.Counter = field(default_factory=collections.Counter)
@@ -275,10 +276,14 @@ class RolloutManager:
     async def _attempt(self, task: dict, group_id: str, stats: _Stats) -> Trajectory | None:
         env = self.env_factory()
         try:
-            messages, _ = env.reset(options={"task": task})
-            traj = Trajectory(
-                self.chat.prompt_ids(messages), task_id=str(task.get("id", "")), group_id=group_id
-            )
+            task_id = str(task.get("id", ""))
+            try:
+                messages, _ = env.reset(options={"task": task})
+            except InfraError as exc:  # e.g. a sandbox the episode needs did not start
+                traj = Trajectory([], task_id=task_id, group_id=group_id)
+                _mark_error(traj, "env_infra", f"InfraError in reset: {exc}", stats)
+                return traj
+            traj = Trajectory(self.chat.prompt_ids(messages), task_id=task_id, group_id=group_id)
             try:
                 await asyncio.wait_for(
                     self._episode(env, traj, stats), self.cfg.trajectory_timeout_s
@@ -341,8 +346,17 @@ class RolloutManager:
                 await self._gate.wait()
             if is_stale(_oldest_version(traj), self._version, self.cfg.max_staleness_steps):
                 raise _Stale
-            updates_before = self._updates
+            updates_before, version_before = self._updates, self._version
             gen = await self._generate(traj, self._sampling(budget), stats)
+            if gen.token_ids and gen.weight_version < version_before:
+                # Every worker should have loaded `version_before` before this request started;
+                # one that did not breaks the per-token version record. Count it, loudly.
+                stats.behind_version_generations += 1
+                log.warning(
+                    "engine answered with weight version %d after version %d was loaded",
+                    gen.weight_version,
+                    version_before,
+                )
             traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version)
             produced += len(gen.token_ids)
             if gen.finish_reason != "abort":
@@ -477,6 +491,7 @@ def _stats_metrics(s: _Stats) -> dict[str, float]:
         "rollout/engine_s_mean": s.engine_s / s.engine_calls if s.engine_calls else 0.0,
         "rollout/engine_retries": float(s.engine_retries),
         "rollout/aborted_generations": float(s.aborted_generations),
+        "rollout/behind_version_generations": float(s.behind_version_generations),
         "rollout/restarted_stale": float(s.restarted_stale),
         "rollout/dropped_stale": float(s.dropped_stale),
     }
