@@ -19,7 +19,9 @@ from gspo_agents.trajectory import FlatBatch, Status, Trajectory, flatten
 def tasks_for_step(tasks: list[dict], step: int, tasks_per_step: int, seed: int) -> list[dict]:
     """Epoch-wise shuffled, without replacement inside an epoch; deterministic in (step, seed)."""
     if not tasks:
-        raise ValueError("the training split has no tasks; check env.train_split / env.max_train_tasks")
+        raise ValueError(
+            "the training split has no tasks; check env.train_split / env.max_train_tasks"
+        )
     out: list[dict] = []
     position = step * tasks_per_step
     while len(out) < tasks_per_step:

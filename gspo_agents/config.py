@@ -22,7 +22,9 @@ CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 @dataclass
 class EnvConfig:
-    name: str = "arithmetic"  # short name (arithmetic, math, mathtool, codeforces) or a Gymnasium id
+    name: str = (
+        "arithmetic"  # short name (arithmetic, math, mathtool, codeforces) or a Gymnasium id
+    )
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
     train_split: str = "train"
     test_split: str = "test"
@@ -112,6 +114,19 @@ class LoggerConfig:
 
 
 @dataclass
+class EvalConfig:
+    """`python -m gspo_agents.eval`: which weights, which split, how many samples."""
+
+    model_path: str | None = None  # an HF directory; default: eval.run_dir's latest, else model
+    run_dir: str | None = None
+    split: str = "test"
+    k: int = 4
+    temperature: float = 1.0
+    max_tasks: int | None = 100
+    out: str | None = None  # JSON path; default RUN_DIR/eval-<split>.json
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -121,6 +136,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -143,9 +159,13 @@ def check_choices(cfg: Any) -> None:
                 f"{group}.{key}={value!r} is not valid; choose one of {', '.join(valid)}.{hint}"
             )
     if cfg.model.name == "hf" and not cfg.model.path:
-        raise ValueError("model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)")
+        raise ValueError(
+            "model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)"
+        )
     if cfg.engine.kind == "sglang" and not cfg.engine.urls:
-        raise ValueError("engine=sglang needs engine.urls=[http://host:port,...] (workers or a router)")
+        raise ValueError(
+            "engine=sglang needs engine.urls=[http://host:port,...] (workers or a router)"
+        )
 
 
 def register_schemas() -> None:

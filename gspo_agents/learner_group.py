@@ -26,7 +26,9 @@ class LearnerGroup:
 
     def __init__(self, learner) -> None:
         self.learner = learner
-        self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.distributed = (
+            dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        )
 
     @property
     def pad_token_id(self) -> int:

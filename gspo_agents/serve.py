@@ -40,7 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weight-version", type=int, default=0)
-    p.add_argument("--num-threads", type=int, default=None, help="torch threads of the engine")
+    p.add_argument(
+        "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
+    )
     p.add_argument("--log-level", default="warning")
     return p.parse_args(argv)
 
@@ -64,7 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
         max_batch_size=args.max_batch_size,
         seed=args.seed,
         weight_version=args.weight_version,
-        num_threads=args.num_threads,
+        num_threads=args.num_threads or None,
     )
     try:
         tokenizer = load_tokenizer(path)

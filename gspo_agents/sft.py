@@ -75,7 +75,9 @@ def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: 
     loss_value = float("nan")
     start = time.monotonic()
     for step in range(1, steps + 1):
-        ids, labels, attention = _batch(rng.sample(examples, min(batch_size, len(examples))), pad_id)
+        ids, labels, attention = _batch(
+            rng.sample(examples, min(batch_size, len(examples))), pad_id
+        )
         loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -84,7 +86,9 @@ def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: 
         schedule.step()
         loss_value = float(loss.detach())
         if step == 1 or step % 25 == 0 or step == steps:
-            log(f"sft step {step}/{steps} | loss {loss_value:.4f} | {time.monotonic() - start:.0f}s")
+            log(
+                f"sft step {step}/{steps} | loss {loss_value:.4f} | {time.monotonic() - start:.0f}s"
+            )
     model.eval()
     return loss_value
 

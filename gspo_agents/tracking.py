@@ -51,7 +51,9 @@ class RunTracker:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
         if self._wandb is not None:
-            self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
+            self._wandb.log(
+                {k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step
+            )
 
     def console(self, step: int, metrics: dict[str, Any], keys: list[str]) -> None:
         total = f"/{self.total_steps}" if self.total_steps else ""
@@ -72,7 +74,9 @@ class RunTracker:
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
-        raise FileNotFoundError(f"no {METRICS_FILE} in {run_dir}: is it a gspo-agents run directory?")
+        raise FileNotFoundError(
+            f"no {METRICS_FILE} in {run_dir}: is it a gspo-agents run directory?"
+        )
     with path.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 

@@ -130,7 +130,9 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
             metrics.update(prepared.metrics)
             if prepared.batch is not None:
                 metrics.update(await asyncio.to_thread(learner.update, prepared.batch))
-                weights = await asyncio.to_thread(learner.export_hf, str(run_dir / "weights" / f"step{step + 1}"))
+                weights = await asyncio.to_thread(
+                    learner.export_hf, str(run_dir / "weights" / f"step{step + 1}")
+                )
                 await manager.update_weights(weights, version=step + 1)
                 _keep_latest(run_dir / "weights", Path(weights).name)
             metrics["step_time_s"] = loop.time() - started
@@ -143,6 +145,10 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
+    final = run_dir / "weights" / f"step{step}"
+    if not final.exists():  # the last step may have had no signal: export what we have
+        learner.export_hf(str(final))
+        _keep_latest(run_dir / "weights", final.name)
     return step
 
 
@@ -196,9 +202,14 @@ def run(cfg: DictConfig) -> dict:
         total_steps=t.steps,
         resume=t.resume,
     )
-    print(f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)", file=sys.stderr)
+    print(
+        f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)",
+        file=sys.stderr,
+    )
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
-    manager = RolloutManager(engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), rollout_cfg)
+    manager = RolloutManager(
+        engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), rollout_cfg
+    )
 
     async def main_async():
         try:

@@ -181,6 +181,7 @@ class SGLangEngine:
         self._gen_timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
         self._version = 0
         self._last_update: tuple[str, int] | None = None
+        self._update_epoch = 0  # weight updates done; tells stale answers from racing ones
         self._inflight: dict[str, _InFlight] = {}
         self._start_lock = asyncio.Lock()
         self._revive_lock = asyncio.Lock()
@@ -298,6 +299,7 @@ class SGLangEngine:
             if attempt:
                 await asyncio.sleep(min(self._backoff[0] * 2 ** (attempt - 1), self._backoff[1]))
             url = await self._pick(key, attempt)
+            epoch = self._update_epoch
             wire = uuid.uuid4().hex
             self._inflight[request_id] = _InFlight(wire, url)
             try:
@@ -317,7 +319,10 @@ class SGLangEngine:
                 continue
             if resp.status_code >= 400:
                 raise EngineRequestError(f"{url}/generate rejected the request: {_message(resp)}")
-            return parse_generation(_json(resp), self._version, sampling.max_new_tokens)
+            gen = parse_generation(_json(resp), self._version, sampling.max_new_tokens)
+            if epoch == self._update_epoch and gen.weight_version != self._version:
+                self._notice_stale(url, gen.weight_version)
+            return gen
         raise EngineUnavailable(
             f"/generate failed {self._attempts} times: " + "; ".join(failures[-3:])
         )
@@ -354,6 +359,7 @@ class SGLangEngine:
         )
         self._version = version
         self._last_update = (path, version)
+        self._update_epoch += 1
 
     async def flush_cache(self, attempts: int = 10) -> None:
         """Flush every worker's prefix cache; SGLang answers 400 while requests run: retry."""
@@ -402,6 +408,16 @@ class SGLangEngine:
         ready = [w for w in order if w.down_until <= now and not w.stale]
         candidates = ready or [w for w in order if not w.stale] or order
         return candidates[attempt % len(candidates)].url
+
+    def _notice_stale(self, url: str, version: int) -> None:
+        """A worker answered with another version than the last update set (it restarted from
+        its original checkpoint): replay the last update before routing to it again."""
+        if self._router is not None or self._last_update is None:
+            return
+        for worker in self._workers:
+            if worker.url == url and not worker.stale:
+                log.warning("worker %s serves version %s, not %s", url, version, self._version)
+                worker.stale = True
 
     def _mark_down(self, url: str) -> None:
         for worker in self._workers:
@@ -578,6 +594,7 @@ class SGLangEngine:
             if isinstance(result, BaseException):
                 raise result
         self._version = version
+        self._update_epoch += 1
 
 
 def _disk_update(path: str, version: int) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+"""`python -m gspo_agents.eval env=codeforces eval.model_path=DIR [eval.k=8] [eval.split=test]`
+
+pass@1 (averaged over k samples per task) and pass@k (the unbiased estimator of Chen et al. 2021)
+on a held-out split, from any HF directory: a run's exported weights (`RUN_DIR/weights/stepN`),
+`eval.run_dir=RUN_DIR` (its latest weights), or the configured model. Prints a table and writes
+JSON. Trajectories that failed for infrastructure reasons are excluded and counted, not scored 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from math import comb
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples drawn from n (c of them correct) is correct."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+@dataclass(slots=True)
+class EvalReport:
+    env: str
+    split: str
+    model: str
+    k: int
+    num_tasks: int = 0
+    pass_at_1: float = 0.0
+    pass_at_k: float = 0.0
+    num_errors: int = 0
+    per_task: dict[str, dict] = field(default_factory=dict)
+
+    def table(self) -> str:
+        rows = [
+            ("env", self.env),
+            ("split", self.split),
+            ("model", self.model),
+            ("tasks", str(self.num_tasks)),
+            ("samples / task", str(self.k)),
+            ("pass@1", f"{self.pass_at_1:.4f}"),
+            (f"pass@{self.k}", f"{self.pass_at_k:.4f}"),
+            ("excluded (errors)", str(self.num_errors)),
+        ]
+        width = max(len(r[0]) for r in rows)
+        return "\n".join(f"{name:<{width}} | {value}" for name, value in rows)
+
+
+def score_groups(groups, k: int, report: EvalReport) -> EvalReport:
+    """Fill pass@1 / pass@k from groups of trajectories (reward 1.0 = solved)."""
+    p1, pk = [], []
+    for group in groups:
+        scored = [t for t in group if t.trainable]
+        report.num_errors += len(group) - len(scored)
+        if not scored:
+            continue
+        n, c = len(scored), sum(1 for t in scored if float(t.reward) >= 1.0)
+        p1.append(c / n)
+        pk.append(pass_at_k(n, c, min(k, n)))
+        report.per_task[group[0].task_id] = {"samples": n, "correct": c}
+    report.num_tasks = len(p1)
+    report.pass_at_1 = sum(p1) / len(p1) if p1 else 0.0
+    report.pass_at_k = sum(pk) / len(pk) if pk else 0.0
+    return report
+
+
+def resolve_eval_model(cfg: DictConfig) -> str:
+    from gspo_agents.models import ModelConfig, resolve_model
+
+    if cfg.eval.model_path:
+        path = Path(cfg.eval.model_path).expanduser()
+        if not (path / "config.json").exists():
+            raise ValueError(f"eval.model_path={path} is not an HF directory (no config.json)")
+        return str(path)
+    if cfg.eval.run_dir:
+        steps = sorted(
+            Path(cfg.eval.run_dir, "weights").glob("step*"), key=lambda p: int(p.name[4:])
+        )
+        if not steps:
+            raise ValueError(f"eval.run_dir={cfg.eval.run_dir} has no exported weights/stepN")
+        return str(steps[-1])
+    return resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+
+
+async def evaluate(cfg: DictConfig) -> EvalReport:
+    import envs
+    from gspo_agents.models import load_tokenizer
+    from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+    from gspo_agents.train import build_engine, build_env_factory, build_sandbox
+
+    env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    env = envs.make(cfg.env.name, **env_kwargs)
+    tasks = env.load_tasks(cfg.eval.split)[: cfg.eval.max_tasks or None]
+    model_dir = resolve_eval_model(cfg)
+    rollout = OmegaConf.to_container(cfg.rollout, resolve=True)
+    rollout.update(num_samples_per_task=cfg.eval.k, temperature=cfg.eval.temperature)
+    sandbox = build_sandbox(cfg, cfg.env.name)
+    engine = build_engine(cfg, model_dir, cfg.trainer.seed)
+    manager = RolloutManager(
+        engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), RolloutConfig(**rollout)
+    )
+    try:
+        result = await manager.collect(tasks)
+    finally:
+        await engine.close()
+        if sandbox is not None:
+            await sandbox.aclose()
+    report = EvalReport(cfg.env.name, cfg.eval.split, model_dir, cfg.eval.k)
+    return score_groups(result.groups, cfg.eval.k, report)
+
+
+register_schemas()
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
+def main(cfg: DictConfig) -> None:
+    from gspo_agents.train import quiet_libraries
+
+    quiet_libraries()
+    check_choices(cfg)
+    report = asyncio.run(evaluate(cfg))
+    print(report.table())
+    out = Path(cfg.eval.out or Path(cfg.trainer.run_dir) / f"eval-{cfg.eval.split}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(asdict(report), indent=2))
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
