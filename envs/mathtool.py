@@ -77,8 +77,10 @@ class MathToolEnv(MathEnv):
     async def astep(self, action: str):
         task = self._require_task()
         self.turn += 1
-        text = clean_text(action)
-        parsed = extract_boxed(text)
+        if isinstance(action, str) and len(action) <= 1 << 16:
+            parsed, code = _parse_turn(action)
+        else:  # megabytes of output: parse off the event loop
+            parsed, code = await asyncio.to_thread(_parse_turn, action)
         if parsed is not None:
             verification = None
             if len(parsed) <= self.max_answer_chars:
@@ -87,7 +89,6 @@ class MathToolEnv(MathEnv):
                 )
             messages, reward, terminated, truncated, info = self._finish(task, parsed, verification)
             return messages, reward, terminated, truncated, {**info, "turn": self.turn}
-        code = _last_code_block(text)
         if code is None:
             return [], 0.0, True, False, self._no_answer_info(task, "no_answer")
         if self.turn >= self.max_turns:
@@ -179,6 +180,13 @@ class MathToolEnv(MathEnv):
             return await self.astep(action)
         finally:
             await self.aclose()  # a sandbox made on this throwaway loop must not outlive it
+
+
+def _parse_turn(action: object) -> tuple[str | None, str | None]:
+    """(boxed answer, last python code block) of one assistant turn; None where absent."""
+    text = clean_text(action)
+    parsed = extract_boxed(text)
+    return parsed, (None if parsed is not None else _last_code_block(text))
 
 
 def _last_code_block(text: str) -> str | None:

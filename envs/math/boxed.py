@@ -6,6 +6,7 @@ here before anything is sent to the verifier processes.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 # `\boxed{`, `\boxed {`, `\fbox{`; `\boxed 5` (space form) is handled separately.
@@ -21,6 +22,17 @@ def clean_text(text: object) -> str:
     if not isinstance(text, str):
         text = "" if text is None else str(text)
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+# Above this size extraction (tens of ms on adversarial megabytes) moves off the event loop.
+_INLINE_LIMIT = 1 << 16
+
+
+async def aextract_answer(action: object) -> str | None:
+    """`extract_boxed(clean_text(action))` without stalling the event loop on huge outputs."""
+    if isinstance(action, str) and len(action) <= _INLINE_LIMIT:
+        return extract_boxed(clean_text(action))
+    return await asyncio.to_thread(lambda: extract_boxed(clean_text(action)))
 
 
 def extract_boxed(text: str) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from envs.base import Message, TextEnv
 from envs.errors import TaskError
-from envs.math.boxed import clean_text, extract_boxed
+from envs.math.boxed import aextract_answer, clean_text, extract_boxed
 from envs.math.data import SPLITS, builtin_tasks, load_math_file
 from envs.math.verify import DEFAULT_TIMEOUT_S, Verification, VerifierPool, shared_pool
 
@@ -87,7 +87,7 @@ class MathEnv(TextEnv):
     async def astep(self, action: str):
         task = self._require_task()
         self.turn += 1
-        parsed = self._extract(action)
+        parsed = await aextract_answer(action)
         verification = None
         if parsed is not None and len(parsed) <= self.max_answer_chars:
             verification = await self.pool.averify(
@@ -117,4 +117,8 @@ class MathEnv(TextEnv):
             "gold": task["answer"],
             "turn_reward": reward,
         }
+        if parsed is None:
+            info["reason"] = "no_boxed_answer"
+        elif len(parsed) > self.max_answer_chars:
+            info["reason"] = "answer_too_long"
         return [], reward, True, False, info
