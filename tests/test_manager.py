@@ -129,6 +129,15 @@ async def test_context_budget_shrinks_the_last_turn_and_truncates(engine, tokeni
     assert result.metrics["rollout/length_turn_frac"] == 1.0
 
 
+async def test_prompt_longer_than_the_context_is_counted_not_scored(engine, tokenizer):
+    mgr = _manager(engine, tokenizer, max_context_tokens=8)
+    result = await mgr.collect([{"id": "too-long", "turns": 1}])
+    for traj in result.trajectories:
+        assert traj.status == Status.TRUNCATED and traj.info["truncated_by"] == "prompt"
+        assert traj.reward is None and not traj.trainable and traj.num_model_tokens == 0
+    assert result.metrics["rollout/truncated_by_prompt"] == 2
+
+
 async def test_env_failures_are_errors_never_a_zero_reward(engine, tokenizer):
     mgr = _manager(engine, tokenizer)
     tasks = [

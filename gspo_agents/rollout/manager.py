@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import time
 import uuid
@@ -303,6 +304,9 @@ class RolloutManager:
     async def _episode(self, env: TextEnv, traj: Trajectory, stats: _Stats) -> None:
         """Consumes model turns and env steps until the env ends the episode or a budget does."""
         max_turns = self.cfg.max_turns or env.max_turns
+        if len(traj.prompt_ids) >= self.cfg.max_context_tokens:
+            # Nothing to generate and nothing to score: counted, never trained on (no reward).
+            return _truncate(traj, "prompt", stats)
         while True:
             turn_ids, finish = await self._model_turn(traj, stats)
             traj.close_turn()
@@ -432,10 +436,15 @@ def _oldest_version(traj: Trajectory) -> int | None:
     return None
 
 
+_RID_PREFIX = uuid.uuid4().hex[:16]  # random per process: rids of two processes never collide
+_rid_counter = itertools.count()
+
+
 def _request_id(traj: Trajectory) -> str:
-    # SGLang aborts by rid PREFIX: "<trajectory uid>-<uuid4 hex>" has a fixed shape, so no rid is
-    # a prefix of another, and the trajectory uid in front lets an engine route sticky by it.
-    return f"{traj.uid}-{uuid.uuid4().hex}"
+    # "<trajectory uid>-<32 hex>": SGLang aborts by rid PREFIX and these all have one length, so no
+    # rid is a prefix of another; the trajectory uid in front lets an engine route sticky by it
+    # (SGLangEngine strips the "-<32 hex>" tail). A counter instead of uuid4: no syscall per turn.
+    return f"{traj.uid}-{_RID_PREFIX}{next(_rid_counter):016x}"
 
 
 async def _abort_quietly(engine: Engine, rid: str) -> None:
@@ -497,7 +506,7 @@ def _stats_metrics(s: _Stats) -> dict[str, float]:
     }
     for kind in ("engine", "env_infra", "env_exception", "timeout"):
         m[f"rollout/error_{kind}"] = float(s.errors[kind])
-    for reason in ("turns", "context"):
+    for reason in ("turns", "context", "prompt"):
         m[f"rollout/truncated_by_{reason}"] = float(s.truncations[reason])
     return m
 
