@@ -273,6 +273,15 @@ async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path
             async with httpx.AsyncClient() as c:
                 info = (await c.get(second.url + "/get_model_info")).json()
             assert info["weight_version"] == "5"  # replayed before it served again
+
+            # Died and came back between updates: it answers with its boot version once, is
+            # noticed as stale, and gets the last update replayed before its next request.
+            revived.kill()
+            revived = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
+            first = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-y")
+            assert first.weight_version == 0  # the truth, reported as is
+            again = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-z")
+            assert again.weight_version == 5
         finally:
             revived.stop()
     finally:
