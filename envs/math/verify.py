@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures as cf
+import contextlib
 import logging
 import multiprocessing
+import sys
 import threading
+import types
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
@@ -164,7 +167,9 @@ class VerifierPool:
                     initializer=_worker_init,
                 )
                 # Spawning and importing take seconds; do it before any verification's clock starts.
-                warm = [executor.submit(_noop) for _ in range(self.max_workers)]
+                # All workers are spawned by these submits, so none re-imports the trainer's main.
+                with _main_module_hidden():
+                    warm = [executor.submit(_noop) for _ in range(self.max_workers)]
                 try:
                     for f in warm:
                         f.result(timeout=_STARTUP_TIMEOUT_S)
@@ -188,6 +193,19 @@ class VerifierPool:
     def _was_restarted_since(self, generation: int) -> bool:
         with self._lock:
             return generation != self._generation
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Spawned children re-import the parent's __main__ (for the trainer: torch, ~seconds and
+    hundreds of MB per worker). Workers only run this module's functions, so while they are
+    spawned a bare placeholder stands in for __main__."""
+    real = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = real
 
 
 def _kill(executor: cf.ProcessPoolExecutor | None) -> None:

@@ -118,3 +118,23 @@ async def test_math_env_timeout_propagates_as_infra_error(pool):
     env.reset(options={"task": {"id": "t", "question": "q", "answer": "1"}})
     with pytest.raises(InfraError):
         await env.astep(f"\\boxed{{{HANG}}}")
+
+
+def test_workers_do_not_reimport_the_parents_main_module(tmp_path):
+    """The trainer's __main__ imports torch; spawned verifier workers must not pay for it."""
+    import subprocess
+    import sys
+
+    (tmp_path / "heavy_main.py").write_text(
+        "print('MAIN IMPORTED', flush=True)\n"
+        "from envs.math.verify import VerifierPool\n"
+        "if __name__ == '__main__':\n"
+        "    p = VerifierPool(2)\n"
+        "    print(p.verify('1/2', '0.5').correct, flush=True)\n"
+        "    p.close()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "heavy_main"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["MAIN", "IMPORTED", "True"]
