@@ -126,6 +126,8 @@ class MathToolEnv(MathEnv):
             )
         except SandboxError as exc:  # the sandbox's own failure: infrastructure, not the model
             raise InfraError(f"sandbox failed running a tool call: {exc}") from exc
+        if result.verdict == Verdict.CE:  # a syntax error: the model's to see and fix
+            return self._observation("", result.compile_output, "CE"), "CE"
         if result.verdict == Verdict.SE or not result.tests:
             detail = result.tests[0].message if result.tests else result.compile_output
             raise InfraError(f"sandbox system error running a tool call: {detail}")
@@ -138,6 +140,7 @@ class MathToolEnv(MathEnv):
             "MLE": f"[memory limit of {self.code_memory_mb} MB exceeded]",
             "OLE": "[output limit exceeded; output cut]",
             "RE": "[the program exited with an error]",
+            "CE": "[the code did not compile]",
         }
         parts = [f"```output\n{_truncate(stdout, self.max_output_chars)}```"]
         if stderr.strip():

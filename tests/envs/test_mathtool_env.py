@@ -66,6 +66,8 @@ async def test_errors_and_timeouts_are_shown_to_the_model(pool, sandbox):
     obs, *_, info = await env.astep(code("import sys\nprint('partial')\nraise ValueError('boom')"))
     assert info["tool_verdict"] == "RE"
     assert "partial" in obs[0]["content"] and "ValueError: boom" in obs[0]["content"]
+    obs, *_, info = await env.astep(code("def f(:\n    pass"))
+    assert info["tool_verdict"] == "CE" and "SyntaxError" in obs[0]["content"]
     obs, *_, info = await env.astep(code("while True:\n    pass"))
     assert info["tool_verdict"] == "TLE" and "time limit" in obs[0]["content"]
 
