@@ -1,0 +1,94 @@
+"""The run configuration: composition, validation messages, and the snapshot of its keys."""
+
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+
+register_schemas()
+
+
+def compose_run(*overrides: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def flat_keys(node, prefix=""):
+    keys = []
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if OmegaConf.is_dict(value) and key != "kwargs":
+            keys += flat_keys(value, name + ".")
+        else:
+            keys.append(name)
+    return keys
+
+
+# Growing the config surface is a decision: update this list on purpose.
+EXPECTED_KEYS = sorted(
+    """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
+model.name model.path model.cache_dir model.dtype
+engine.kind engine.urls engine.max_batch_size engine.connect_timeout_s engine.request_timeout_s
+sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
+algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
+rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context_tokens
+rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
+rollout.max_staleness_steps rollout.trajectory_timeout_s
+trainer.steps trainer.tasks_per_step trainer.lr trainer.weight_decay trainer.warmup_steps
+trainer.max_grad_norm trainer.num_minibatches trainer.micro_batch_tokens trainer.nproc
+trainer.seed trainer.save_every_steps trainer.resume trainer.run_dir
+trainer.sft.enabled trainer.sft.steps trainer.sft.batch_size trainer.sft.lr trainer.sft.max_examples
+logger.wandb_mode logger.wandb_project logger.console_every_steps
+eval.model_path eval.run_dir eval.split eval.k eval.temperature eval.max_tasks eval.out""".split()
+)
+
+
+def test_config_keys_are_a_deliberate_surface():
+    assert sorted(flat_keys(compose_run())) == EXPECTED_KEYS
+
+
+def test_group_options_set_their_values():
+    cfg = compose_run("env=codeforces", "algorithm=grpo", "engine=sglang", "engine.urls=[http://a:1]")
+    assert cfg.env.name == "codeforces" and cfg.algorithm.name == "grpo"
+    assert cfg.rollout.max_new_tokens_per_turn > 64  # code needs longer turns than arithmetic
+    check_choices(cfg)
+
+
+def test_unknown_key_and_wrong_type_fail_at_load():
+    with pytest.raises(Exception, match="trainer.stepz|stepz"):
+        compose_run("trainer.stepz=3")
+    with pytest.raises(Exception, match="steps"):
+        compose_run("trainer.steps=many")
+
+
+def test_invalid_choice_lists_valid_ones_with_a_suggestion():
+    cfg = compose_run("algorithm.name=gpso")
+    with pytest.raises(ValueError, match="gspo, gspo_token, grpo.*Did you mean 'gspo'"):
+        check_choices(cfg)
+    with pytest.raises(ValueError, match="model.path"):
+        check_choices(compose_run("model=hf"))
+    with pytest.raises(ValueError, match="engine.urls"):
+        check_choices(compose_run("engine=sglang"))
+
+
+def test_unknown_group_option_lists_the_available_ones():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.train", "env=nope"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "arithmetic" in proc.stderr and "codeforces" in proc.stderr
+
+
+def test_cfg_job_prints_the_resolved_config():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.train", "env=math", "--cfg", "job"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    printed = OmegaConf.create(proc.stdout)
+    assert printed.env.name == "math" and printed.algorithm.name == "gspo"
