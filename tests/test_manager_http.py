@@ -158,6 +158,14 @@ async def test_killed_worker_mid_rollout_resumes_on_the_survivor(tokenizer, mode
             again = await mgr.collect([{"id": f"r{i}", "turns": 1} for i in range(6)])
             assert all(t.status == Status.COMPLETE for t in again.trajectories)
             assert await _served_requests(revived.url) > 0
+
+            # With every worker dead the step still completes: all errors, none scored.
+            revived.kill()
+            survivor.kill()
+            dead = await asyncio.wait_for(mgr.collect([{"id": "d", "turns": 1}]), timeout=120)
+            for traj in dead.trajectories:
+                assert traj.status == Status.ERROR and traj.info["error_kind"] == "engine"
+                assert traj.reward is None and "EngineUnavailable" in traj.error
         finally:
             revived.stop()
     finally:
