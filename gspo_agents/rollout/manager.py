@@ -14,7 +14,14 @@ What it does
   under the current weights (at most `_MAX_STALE_RESTARTS` times), so its group stays whole.
 - Async mode: `start_prefetch(tasks)` collects the next batch in the background while the learner
   trains; `next_batch()` returns it, filtered for staleness at the moment it is consumed. The
-  learner must train off the event loop (`asyncio.to_thread`) for the two to overlap.
+  learner must train off the event loop (`asyncio.to_thread`) for the two to overlap:
+
+      manager.start_prefetch(tasks_of(0))
+      for step in range(steps):
+          result = await manager.next_batch()
+          manager.start_prefetch(tasks_of(step + 1))        # generation of step k+1 ...
+          await asyncio.to_thread(learner.update, batch_of(result))   # ... overlaps training of k
+          await manager.update_weights(export(), version=step + 1)   # k+1 resumes on new weights
 
 Failures are a trajectory status, not an exception: an environment error (InfraError or any
 exception from astep), an engine failure that outlasts the retries, or the deadline mark the
@@ -101,7 +108,8 @@ class RolloutConfig:
 
 @dataclass(slots=True)
 class RolloutResult:
-    groups: list[list[Trajectory]]  # one list per task: complete, truncated and error trajectories
+    # One list per task: its complete, truncated and error trajectories (stale ones are dropped).
+    groups: list[list[Trajectory]]
     metrics: dict[str, float]
 
     @property
@@ -160,6 +168,13 @@ class RolloutManager:
         self._update_lock = asyncio.Lock()
         self._live = asyncio.Semaphore(cfg.max_live_trajectories)
         self._prefetch: collections.deque[asyncio.Task[RolloutResult]] = collections.deque()
+        if not self._sampling(1).full_support:
+            log.warning(
+                "rollout top_p=%s top_k=%s: the engine's log-probs are of the full distribution "
+                "but tokens come from a truncated one, so the importance ratio is biased",
+                cfg.top_p,
+                cfg.top_k,
+            )
 
     @property
     def weight_version(self) -> int:
