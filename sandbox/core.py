@@ -142,10 +142,7 @@ class Sandbox:
         else:
             results = [_judge_event(e, tests[e["index"]], judge) for e in out.tests]
         if not out.finished:
-            if not out.killed_by_program or len(results) >= len(tests):
-                return self._system_error(tests, _crash_message(self.backend_name, out))
-            results.append(TestResult(Verdict.RE, 0.0, 0.0, "", "", None,
-                                      "the program killed the sandbox's runner process"))
+            return self._system_error(tests, _crash_message(self.backend_name, out))
         if early_stop:
             results = _truncate_after_failure(results)
         return RunResult(_overall(results, len(tests)), tuple(results), out.compile_output,

@@ -11,8 +11,11 @@ Protocol (one JSON object per line):
   runner -> host   {"event": "compile", "ok", "output"}
                    {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
+                   {"event": "error", "message"}   (the runner itself failed: a system error)
                    {"event": "done"}
   host -> runner   after each test when "interactive": "next" or "stop" (early stop on failure)
+With --serve the runner handles one request per line until stdin closes (a warm container's pid 1);
+otherwise it handles one request and exits.
 
 Each test runs in a forked child: its own session and process group, its own working directory,
 rlimits for CPU time, address space, file size, processes and core dumps; the runner enforces wall
@@ -32,11 +35,21 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 
 STDERR_CAP = 64 * 1024
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 MIB = 1 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def set_nondumpable():
+    """Programs run as our uid: without this they could ptrace us or write /proc/<us>/mem."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def emit(obj):
@@ -218,9 +231,8 @@ def compile_program(req, scratch, kill_all):
     open(empty, "w").close()
     clim = req["compile_limits"]
     if req["language"] == "python":
-        argv = ["python3", "-c", "import sys; compile(open(sys.argv[1], 'rb').read(), "
-                "'main.py', 'exec')", src]
-        run_argv = ["python3", src]
+        ok, output = check_python_syntax(req["source"], clim)
+        return ["python3", src], ok, output
     else:
         binary = os.path.join(scratch, "main")
         argv = ["g++", "-std=c++17", "-O2", "-pipe", "-o", binary, src]
@@ -232,6 +244,36 @@ def compile_program(req, scratch, kill_all):
     if res["status"] != "re":
         output = "compiler: " + res["message"] + "\n" + output
     return run_argv, False, output.replace(scratch + "/", "")
+
+
+def check_python_syntax(source, clim):
+    """Compile (never run) the source in a forked, rlimited child: saves an interpreter start."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_fd)
+            apply_limits(clim)
+            compile(source, "main.py", "exec")
+        except BaseException as exc:  # noqa: BLE001 - SyntaxError, ValueError, MemoryError...
+            text = "".join(traceback.format_exception_only(type(exc), exc))
+            os.write(write_fd, text.encode("utf-8", "replace")[:STDERR_CAP])
+            code = 1
+        os._exit(code)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    message = b"".join(chunks).decode("utf-8", "replace")
+    if status != 0 and not message:
+        message = "compiler: syntax check died (%s)" % os.waitstatus_to_exitcode(status)
+    return status == 0, message
 
 
 def run_tests(req, scratch, run_argv):
@@ -253,9 +295,7 @@ def run_tests(req, scratch, run_argv):
             return
 
 
-def main():
-    set_subreaper()
-    req = json.loads(sys.stdin.readline())
+def handle(req):
     scratch = tempfile.mkdtemp(prefix="run-", dir=req.get("scratch_parent") or None)
     try:
         run_argv, ok, output = compile_program(req, scratch, req["kill_all"])
@@ -266,7 +306,24 @@ def main():
         shutil.rmtree(scratch, ignore_errors=True)
         for shared in req.get("wipe_dirs") or ():
             wipe(shared)
-    emit({"event": "done"})
+
+
+def main():
+    """One request, or with --serve one request per line until stdin closes."""
+    set_subreaper()
+    set_nondumpable()
+    serve = "--serve" in sys.argv
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        try:
+            handle(json.loads(line))
+        except Exception as exc:  # noqa: BLE001 - the host reports it as a system error
+            emit({"event": "error", "message": "runner: %r" % (exc,)})
+        emit({"event": "done"})
+        if not serve:
+            return
 
 
 def wipe(directory):

@@ -34,9 +34,6 @@ class RunnerOutput:
     tests: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # the runner reported "done"
     stopped_early: bool = False
-    # The runner vanished while a test was running but the sandbox itself is intact: the
-    # program killed its supervisor. The current test is then a runtime error, not an SE.
-    killed_by_program: bool = False
     diagnostics: str = ""  # stderr of the backend process, for SE messages
 
 
@@ -69,6 +66,8 @@ async def drive(proc: asyncio.subprocess.Process, request: dict[str, Any], decid
                     out.stopped_early = not keep
                     proc.stdin.write(b"next\n" if keep else b"stop\n")
                     await proc.stdin.drain()
+            elif kind == "error":
+                raise BackendFailure(event.get("message", "sandbox runner failed"))
             elif kind == "done":
                 out.finished = True
                 return out

@@ -201,7 +201,7 @@ async def test_infrastructure_failure_is_se_never_a_wrong_answer() -> None:
         # clean retry on a fresh container, never WA/RE.
         backend = sb._backend
         for container in list(backend._live.values()):  # type: ignore[attr-defined]
-            proc = await asyncio.create_subprocess_exec("docker", "rm", "-f", container.id,
+            proc = await asyncio.create_subprocess_exec("docker", "rm", "-f", container.name,
                                                         stdout=asyncio.subprocess.DEVNULL)
             await proc.wait()
         result = await sb.run(A_PLUS_B_PY, [TestCase("1 2\n", "3")])

@@ -1,0 +1,175 @@
+"""Sandbox throughput: the same A+B tests through every way of running them, one table.
+
+    python benchmarks/sandbox_throughput.py [--tests 200] [--per-submission 20] [--concurrency 4]
+
+Workload: `--tests` tests of a correct A+B in Python and in C++, grouped into submissions of
+`--per-submission` tests (as an RL step judges many submissions of a few dozen tests each), with
+`--concurrency` submissions in flight. Every row compiles the C++ once per submission.
+  docker-run   the naive baseline: one `docker run --rm` per test (and per compile)
+  docker       our backend: warm container pool, one runner call per submission
+  bubblewrap   our backend: one bwrap sandbox per submission
+  namespaces   our backend: one unshare+chroot sandbox per submission
+  unsandboxed  the floor: a plain host subprocess per test, no runner, no isolation
+Rows whose backend is unavailable are reported as such. Needs root for namespaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from sandbox import Program, Sandbox, SandboxError, TestCase, Verdict, image
+
+PY_SRC = "a, b = map(int, input().split())\nprint(a + b)\n"
+CPP_SRC = ("#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;"
+           "std::cout<<a+b<<\"\\n\";}\n")
+SOURCES = {"python": PY_SRC, "cpp": CPP_SRC}
+# The floor runs the interpreter directly (a pyenv shim would add a shell script per test).
+FLOOR_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def make_tests(n: int) -> list[TestCase]:
+    return [TestCase(f"{i} {3 * i + 1}\n", str(4 * i + 1)) for i in range(n)]
+
+
+def chunks(tests: list[TestCase], size: int) -> list[list[TestCase]]:
+    return [tests[i:i + size] for i in range(0, len(tests), size)]
+
+
+async def bounded(jobs: list[Callable[[], Awaitable[int]]], concurrency: int) -> int:
+    """Run the jobs `concurrency` at a time; return the total number of passed tests."""
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(job: Callable[[], Awaitable[int]]) -> int:
+        async with sem:
+            return await job()
+
+    return sum(await asyncio.gather(*(one(j) for j in jobs)))
+
+
+async def sh(*argv: str, stdin: str = "") -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await proc.communicate(stdin.encode())
+    return proc.returncode or 0, out.decode()
+
+
+# ---- rows -----------------------------------------------------------------------------------
+async def via_sandbox(sb: Sandbox, lang: str, subs: list[list[TestCase]], conc: int) -> int:
+    async def submit(tests: list[TestCase]) -> int:
+        return (await sb.run(Program(lang, SOURCES[lang]), tests)).passed  # type: ignore[arg-type]
+
+    return await bounded([lambda t=t: submit(t) for t in subs], conc)
+
+
+async def via_subprocess(lang: str, subs: list[list[TestCase]], conc: int,
+                         prefix: Callable[[Path], list[str]], workdir: Path) -> int:
+    """One process per test (plain or `docker run`), compiling C++ once per submission."""
+    async def submit(index: int, tests: list[TestCase]) -> int:
+        sub = workdir / f"s{index}"
+        sub.mkdir()
+        os.chmod(sub, 0o777)
+        if lang == "python":
+            (sub / "main.py").write_text(PY_SRC)
+            argv = [FLOOR_PYTHON if prefix is plain_prefix else "python3", "main.py"]
+        else:
+            (sub / "main.cpp").write_text(CPP_SRC)
+            code, _ = await sh(*prefix(sub), "g++", "-std=c++17", "-O2", "-o", "main", "main.cpp")
+            if code:
+                return 0
+            argv = ["./main"]
+        passed = 0
+        for test in tests:
+            code, out = await sh(*prefix(sub), *argv, stdin=test.stdin)
+            passed += int(code == 0 and out.split() == (test.expected or "").split())
+        return passed
+
+    return await bounded([lambda i=i, t=t: submit(i, t) for i, t in enumerate(subs)], conc)
+
+
+def plain_prefix(sub: Path) -> list[str]:
+    return ["env", "-C", str(sub)]
+
+
+def docker_run_prefix(tag: str) -> Callable[[Path], list[str]]:
+    def prefix(sub: Path) -> list[str]:
+        return ["docker", "run", "--rm", "-i", "--network", "none", "-v", f"{sub}:/w",
+                "-w", "/w", tag]
+
+    return prefix
+
+
+# ---- driver ---------------------------------------------------------------------------------
+async def measure(name: str, lang: str, args: argparse.Namespace) -> tuple[float, int] | str:
+    tests = make_tests(args.tests)
+    subs = chunks(tests, args.per_submission)
+    workdir = Path(tempfile.mkdtemp(prefix="sbbench-"))
+    os.chmod(workdir, 0o755)
+    try:
+        if name in ("unsandboxed", "docker-run"):
+            prefix = plain_prefix if name == "unsandboxed" else docker_run_prefix(
+                image.ensure_image())
+            start = time.perf_counter()
+            passed = await via_subprocess(lang, subs, args.concurrency, prefix, workdir)
+        else:
+            try:
+                sb = Sandbox.create(name, max_concurrency=args.concurrency)  # type: ignore[arg-type]
+            except SandboxError as exc:
+                return f"unavailable: {exc}".splitlines()[0][:60]
+            try:
+                # Warm-up: start the whole pool (docker) and compile caches, untimed.
+                await via_sandbox(sb, lang, subs[: args.concurrency], args.concurrency)
+                start = time.perf_counter()
+                passed = await via_sandbox(sb, lang, subs, args.concurrency)
+            finally:
+                await sb.aclose()
+        return len(tests) / (time.perf_counter() - start), passed
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", type=int, default=200)
+    parser.add_argument("--per-submission", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--rows", default="docker-run,docker,bubblewrap,namespaces,unsandboxed")
+    args = parser.parse_args()
+    rows = args.rows.split(",")
+    results: dict[tuple[str, str], tuple[float, int] | str] = {}
+    for name in rows:
+        for lang in ("python", "cpp"):
+            results[name, lang] = await measure(name, lang, args)
+            print(f"  measured {name:12s} {lang:6s} {results[name, lang]}", file=sys.stderr)
+    print_table(rows, results, args)
+
+
+def print_table(rows: list[str], results: dict[tuple[str, str], tuple[float, int] | str],
+                args: argparse.Namespace) -> None:
+    print(f"\n{args.tests} A+B tests, {args.per_submission} per submission, "
+          f"concurrency {args.concurrency}, {os.cpu_count()} CPUs\n")
+    print("| backend | lang | tests/s | passed | x docker-run | x unsandboxed |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name in rows:
+        for lang in ("python", "cpp"):
+            r = results[name, lang]
+            if isinstance(r, str):
+                print(f"| {name} | {lang} | {r} | | | |")
+                continue
+            base, floor = results.get(("docker-run", lang)), results.get(("unsandboxed", lang))
+            vs_base = f"{r[0] / base[0]:.1f}" if isinstance(base, tuple) else "-"
+            vs_floor = f"{r[0] / floor[0]:.2f}" if isinstance(floor, tuple) else "-"
+            print(f"| {name} | {lang} | {r[0]:.1f} | {r[1]}/{args.tests} | {vs_base} | "
+                  f"{vs_floor} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
