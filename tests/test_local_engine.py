@@ -11,6 +11,7 @@ from gspo_agents.logprobs import token_logprobs
 from gspo_agents.models import ModelConfig, load_model, resolve_model
 from gspo_agents.rollout.engine import Engine, EngineRequestError, SamplingParams
 from gspo_agents.rollout.local_engine import LocalEngine, _filter_top_k_top_p
+from gspo_agents.trajectory import Trajectory
 
 TOL = 1e-4
 
@@ -301,3 +302,35 @@ def test_top_k_top_p_filter_keeps_the_right_support():
         False,
         True,
     ]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+async def test_engine_logprobs_equal_the_learners_on_multi_turn_trajectories(
+    engine, tiny_path, temperature
+):
+    """The Done-when of F1: engine log-probs == Learner.compute_logprobs, within 1e-4 in fp32,
+    on right-padded multi-turn trajectories (env segments between model turns)."""
+    from gspo_agents.learner import Learner, LearnerConfig
+    from gspo_agents.trajectory import flatten
+
+    sampling = SamplingParams(max_new_tokens=10, temperature=temperature)
+    trajs = []
+    for i, prompt in enumerate(prompts(6)):
+        traj = Trajectory(prompt_ids=prompt)
+        for turn in range(2):  # generate → env observation → generate, ids appended
+            gen = await engine.generate(traj.token_ids, sampling, f"mt{i}-{turn}")
+            traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version)
+            traj.close_turn()
+            if turn == 0:
+                traj.append_env([1, 300 + i, 301, 2])
+        trajs.append(traj)
+    learner = Learner(tiny_path, LearnerConfig(temperature=temperature, micro_batch_tokens=64))
+    try:
+        batch = flatten(trajs, [0.0] * len(trajs), learner.pad_token_id)
+        learner_BT = learner.compute_logprobs(batch)
+    finally:
+        learner.close()
+    mask = batch.loss_mask_BT.bool()
+    assert int(mask.sum()) == sum(t.num_model_tokens for t in trajs) > 0
+    gap = (learner_BT[mask] - batch.old_logprobs_BT[mask]).abs().max().item()
+    assert gap < TOL, gap
