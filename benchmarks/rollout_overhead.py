@@ -27,6 +27,7 @@ from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
 from gspo_agents.rollout.chat import ChatFormat
 from gspo_agents.rollout.engine import Generation, SamplingParams
 from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+from gspo_agents.trajectory import Trajectory
 
 
 class InstantEngine:
@@ -91,6 +92,8 @@ class Row:
     rss_growth_mb: float  # over the resident set before the batch
     live_tokens: int  # tokens held by the finished batch's trajectories
     bytes_per_live_token: float
+    chat_ms_per_turn: float  # of the manager's cost: observation render + tokenize, action decode
+    retained_after_batch: int  # Trajectory objects still alive once the result is dropped
 
 
 def rss_mb() -> float:
@@ -144,8 +147,13 @@ async def measure(tokenizer, concurrent: int, turns: int, tokens_per_turn: int) 
     assert total_turns == concurrent * turns, result.metrics
     assert result.metrics["rollout/complete"] == concurrent, result.metrics
     live_tokens = sum(t.num_tokens for t in result.trajectories)
+    sample = result.trajectories[0]
     del result
+    chat_s = chat_cost(chat, sample, turns, repeat=min(concurrent, 2000))
+    del sample
+    await asyncio.sleep(0)  # the loop's handle that woke us still points at the gather's result
     gc.collect()
+    retained = sum(isinstance(o, Trajectory) for o in gc.get_objects())
     base = await instrument_only(engine, chat, concurrent, turns)
     ms = 1e3 * wall / total_turns
     base_ms = 1e3 * base / total_turns
@@ -162,21 +170,40 @@ async def measure(tokenizer, concurrent: int, turns: int, tokens_per_turn: int) 
         rss_growth_mb=round(growth, 1),
         live_tokens=live_tokens,
         bytes_per_live_token=round(growth * 2**20 / live_tokens, 1),
+        chat_ms_per_turn=round(1e3 * chat_s, 4),
+        retained_after_batch=retained,
     )
+
+
+def chat_cost(chat: ChatFormat, traj: Trajectory, turns: int, repeat: int) -> float:
+    """Seconds per turn of the chat formatting the manager does: decode the action, render and
+    tokenize the observation (the last turn has no observation)."""
+    model_turns = [s.token_ids for s in traj.segments if s.kind == "model"]
+    env = InstantEnv(max_turns=turns)
+    env.reset(options={"task": {"id": "0", "turns": turns}})
+    observations = [env.step("x")[0] for _ in range(turns - 1)]
+    started = time.perf_counter()
+    for _ in range(repeat):
+        for i, ids in enumerate(model_turns):
+            chat.action_text(ids)
+            if i < len(observations):
+                chat.observation_ids(observations[i], ids)
+    return (time.perf_counter() - started) / (repeat * len(model_turns))
 
 
 def table(rows: list[Row]) -> str:
     head = (
         "| concurrent trajectories | turns | wall s | turns/s | ms/turn (total) "
-        "| ms/turn (instrument) | ms/turn (manager) | RSS MB | RSS growth MB | live tokens "
-        "| bytes/live token |"
+        "| ms/turn (instrument) | ms/turn (manager) | of which chat formatting "
+        "| RSS MB | RSS growth MB | live tokens | bytes/live token | retained after batch |"
     )
-    out = [head, "|" + "---|" * 11]
+    out = [head, "|" + "---|" * 13]
     for r in rows:
         out.append(
             f"| {r.concurrent:,} | {r.turns:,} | {r.wall_s} | {r.turns_per_s:,} | {r.ms_per_turn} "
-            f"| {r.instrument_ms_per_turn} | {r.manager_ms_per_turn} | {r.rss_mb} "
-            f"| {r.rss_growth_mb} | {r.live_tokens:,} | {r.bytes_per_live_token} |"
+            f"| {r.instrument_ms_per_turn} | {r.manager_ms_per_turn} | {r.chat_ms_per_turn} "
+            f"| {r.rss_mb} | {r.rss_growth_mb} | {r.live_tokens:,} | {r.bytes_per_live_token} "
+            f"| {r.retained_after_batch} |"
         )
     return "\n".join(out)
 
