@@ -31,8 +31,10 @@ log = logging.getLogger(__name__)
 
 RewardMode = Literal["all", "fraction"]
 FEEDBACK_CHARS = 600  # per field of a feedback message: enough to debug, small for tiny models
-INSTRUCTION = ("Read from standard input and write to standard output. "
-               "Answer with exactly one ```python or ```cpp code block.")
+INSTRUCTION = (
+    "Read from standard input and write to standard output. "
+    "Answer with exactly one ```python or ```cpp code block."
+)
 _closing: set[asyncio.Task] = set()  # aclose tasks started by a sync close() inside a running loop
 
 
@@ -41,13 +43,23 @@ class CodeforcesEnv(TextEnv):
     sandbox_backend + sandbox_options (a private one, created lazily), problems_dir or
     openr1_path (other task sources for load_tasks)."""
 
-    def __init__(self, max_turns: int = 1, reward_mode: RewardMode = "all", *,
-                 sandbox: Sandbox | None = None, sandbox_backend: str = "auto",
-                 sandbox_options: dict[str, Any] | None = None, problems_dir: str | None = None,
-                 openr1_path: str | None = None, openr1_skip_unsupported: bool = False) -> None:
+    def __init__(
+        self,
+        max_turns: int = 1,
+        reward_mode: RewardMode = "all",
+        *,
+        sandbox: Sandbox | None = None,
+        sandbox_backend: str = "auto",
+        sandbox_options: dict[str, Any] | None = None,
+        problems_dir: str | None = None,
+        openr1_path: str | None = None,
+        openr1_skip_unsupported: bool = False,
+    ) -> None:
         super().__init__(max_turns=max_turns)
         if reward_mode not in ("all", "fraction"):
-            raise ValueError(f"reward_mode={reward_mode!r}; choose 'all' (1 if every test passes) or 'fraction'")
+            raise ValueError(
+                f"reward_mode={reward_mode!r}; choose 'all' (1 if every test passes) or 'fraction'"
+            )
         self.reward_mode = reward_mode
         self._sandbox = sandbox
         self._owns_sandbox = sandbox is None
@@ -70,7 +82,11 @@ class CodeforcesEnv(TextEnv):
             problems = load_openr1(self._openr1_path, split, skip_unsupported=self._openr1_skip)
         elif self._problems_dir:
             root = Path(self._problems_dir)
-            problems = load_split(split, root) if (root / "splits.json").exists() else load_problemset(root)
+            problems = (
+                load_split(split, root)
+                if (root / "splits.json").exists()
+                else load_problemset(root)
+            )
         else:
             problems = load_split(split)
         return [p.to_row() for p in problems]
@@ -90,8 +106,10 @@ class CodeforcesEnv(TextEnv):
         except RuntimeError:
             pass
         else:
-            raise RuntimeError("CodeforcesEnv.step() was called inside a running event loop; "
-                               "use `await env.astep(action)` there")
+            raise RuntimeError(
+                "CodeforcesEnv.step() was called inside a running event loop; "
+                "use `await env.astep(action)` there"
+            )
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(self.astep(action))
@@ -110,20 +128,35 @@ class CodeforcesEnv(TextEnv):
         total = len(problem.all_tests)
         solved = result.verdict is Verdict.OK and passed == total
         reward = (1.0 if solved else 0.0) if self.reward_mode == "all" else passed / total
-        info = {"verdict": result.verdict.value, "passed": passed, "total": total,
-                "language": extraction.language, "solved": solved, "turn": self.turn,
-                "turn_reward": reward, "backend": result.backend,
-                "test_verdicts": [t.verdict.value for t in result.tests],
-                "message": _summary(result, len(problem.samples))}
+        info = {
+            "verdict": result.verdict.value,
+            "passed": passed,
+            "total": total,
+            "language": extraction.language,
+            "solved": solved,
+            "turn": self.turn,
+            "turn_reward": reward,
+            "backend": result.backend,
+            "test_verdicts": [t.verdict.value for t in result.tests],
+            "message": _summary(result, len(problem.samples)),
+        }
         if solved or last_turn:
             return [], reward, True, False, info
         return [_feedback(problem, result)], reward, False, False, info
 
     def _finish_unjudged(self, extraction: Extraction, last_turn: bool):
         assert self._problem is not None
-        info = {"verdict": extraction.verdict, "passed": 0, "total": len(self._problem.all_tests),
-                "language": None, "solved": False, "turn": self.turn, "turn_reward": 0.0,
-                "test_verdicts": [], "message": extraction.message}
+        info = {
+            "verdict": extraction.verdict,
+            "passed": 0,
+            "total": len(self._problem.all_tests),
+            "language": None,
+            "solved": False,
+            "turn": self.turn,
+            "turn_reward": 0.0,
+            "test_verdicts": [],
+            "message": extraction.message,
+        }
         if last_turn:
             return [], 0.0, True, False, info
         text = f"Your answer could not be judged: {extraction.message}"
@@ -135,15 +168,22 @@ class CodeforcesEnv(TextEnv):
         program = Program(language=extraction.language, source=extraction.source)
         tests = [TestCase(stdin=t.input, expected=t.output) for t in problem.all_tests]
         try:
-            result = await sandbox.run(program, tests, problem_limits(problem), judge_spec(problem),
-                                       early_stop=self.reward_mode == "all")
+            result = await sandbox.run(
+                program,
+                tests,
+                problem_limits(problem),
+                judge_spec(problem),
+                early_stop=self.reward_mode == "all",
+            )
         except Exception as exc:  # any sandbox exception is infrastructure, never the model's fault
             raise InfraError(f"sandbox failed judging task {problem.id!r}: {exc!r}") from exc
         failed = [t for t in result.tests if t.verdict is Verdict.SE]
         if result.verdict is Verdict.SE or failed:
             detail = failed[0].message if failed else result.compile_output
-            raise InfraError(f"sandbox system error on task {problem.id!r} "
-                             f"(backend {result.backend or sandbox.backend_name}): {detail}")
+            raise InfraError(
+                f"sandbox system error on task {problem.id!r} "
+                f"(backend {result.backend or sandbox.backend_name}): {detail}"
+            )
         return result
 
     async def _get_sandbox(self) -> Sandbox:
@@ -152,12 +192,14 @@ class CodeforcesEnv(TextEnv):
                 try:
                     # create() may build an image or probe backends: keep it off the event loop.
                     self._sandbox = await asyncio.to_thread(
-                        Sandbox.create, self._sandbox_backend, **self._sandbox_options)
+                        Sandbox.create, self._sandbox_backend, **self._sandbox_options
+                    )
                 except (ValueError, TypeError):
                     raise  # a configuration mistake, not an outage
                 except Exception as exc:
-                    raise InfraError(f"could not start the sandbox (backend="
-                                     f"{self._sandbox_backend!r}): {exc}") from exc
+                    raise InfraError(
+                        f"could not start the sandbox (backend={self._sandbox_backend!r}): {exc}"
+                    ) from exc
             return self._sandbox
 
     async def aclose(self) -> None:
@@ -188,7 +230,9 @@ class CodeforcesEnv(TextEnv):
 def render_prompt(problem: Problem) -> str:
     parts = [problem.statement.strip()]
     for i, sample in enumerate(problem.samples, 1):
-        parts.append(f"Example {i}\nInput:\n{sample.input.rstrip()}\nOutput:\n{sample.output.rstrip()}")
+        parts.append(
+            f"Example {i}\nInput:\n{sample.input.rstrip()}\nOutput:\n{sample.output.rstrip()}"
+        )
     parts.append(f"Time limit: {problem.time_limit_s:g} s. Memory limit: {problem.memory_mb} MB.")
     parts.append(INSTRUCTION)
     return "\n\n".join(parts)
@@ -203,13 +247,19 @@ def judge_spec(problem: Problem) -> JudgeSpec:
     if j.mode == "checker":
         if j.checker_source is None:
             raise TaskError(f"task {problem.id!r}: judge mode 'checker' without a checker program")
-        return JudgeSpec(mode="checker", checker=Program(language=j.checker_language, source=j.checker_source))
+        return JudgeSpec(
+            mode="checker", checker=Program(language=j.checker_language, source=j.checker_source)
+        )
     return JudgeSpec(mode=j.mode, abs_tol=j.abs_tol, rel_tol=j.rel_tol)
 
 
 def _clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
     text = text.rstrip()
-    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+    )
 
 
 def _first_failure(result: RunResult) -> int | None:
@@ -235,9 +285,11 @@ def _feedback(problem: Problem, result: RunResult) -> Message:
     n_samples = len(problem.samples)
     if i is not None and i < n_samples:
         test, got = problem.samples[i], result.tests[i]
-        text = (f"Your program failed sample test {i + 1}: {got.verdict.value}.\n"
-                f"Input:\n{_clip(test.input)}\nExpected output:\n{_clip(test.output)}\n"
-                f"Your output:\n{_clip(got.stdout) or '(empty)'}")
+        text = (
+            f"Your program failed sample test {i + 1}: {got.verdict.value}.\n"
+            f"Input:\n{_clip(test.input)}\nExpected output:\n{_clip(test.output)}\n"
+            f"Your output:\n{_clip(got.stdout) or '(empty)'}"
+        )
         if got.verdict is Verdict.RE and got.stderr.strip():
             text += f"\nError output:\n{_clip(got.stderr)}"
         return {"role": "user", "content": f"{text}\n\n{again}"}

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 
 # Fence info strings we accept, mapped to sandbox languages.
 LANGUAGE_ALIASES = {
-    "python": "python", "py": "python", "python3": "python", "py3": "python",
-    "cpp": "cpp", "c++": "cpp", "cc": "cpp", "cxx": "cpp", "c++17": "cpp", "c++20": "cpp",
+    "python": "python",
+    "py": "python",
+    "python3": "python",
+    "py3": "python",
+    "cpp": "cpp",
+    "c++": "cpp",
+    "cc": "cpp",
+    "cxx": "cpp",
+    "c++17": "cpp",
+    "c++20": "cpp",
 }
 MAX_SOURCE_BYTES = 64 * 1024  # the Codeforces source-size limit
 
@@ -65,7 +73,9 @@ def extract_code(answer: str | bytes) -> Extraction:
         try:
             answer = answer.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return _fail(INVALID_UTF8, f"the answer is not valid UTF-8 ({exc.reason} at byte {exc.start})")
+            return _fail(
+                INVALID_UTF8, f"the answer is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+            )
     if not answer.strip():
         return _fail(NO_CODE, "empty answer; reply with one ```python or ```cpp code block")
     blocks = _blocks(answer)

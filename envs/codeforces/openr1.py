@@ -29,7 +29,7 @@ from envs.errors import TaskError
 log = logging.getLogger(__name__)
 
 # Runs an open-r1 generated checker under the sandbox's checker contract.
-_WRAPPER = '''import contextlib, io, sys
+_WRAPPER = """import contextlib, io, sys
 SOURCE = {source!r}
 inp, out, ans = sys.argv[1:4]
 sys.argv = ["checker.py", inp, ans, out]  # open-r1 order: input, correct output, solution output
@@ -47,7 +47,7 @@ try:
 except ValueError:
     accepted = False
 sys.exit(0 if accepted else 1)
-'''
+"""
 
 
 def wrap_generated_checker(source: str) -> str:
@@ -82,7 +82,11 @@ def unsupported_reason(row: dict[str, Any]) -> str | None:
 def _pairs(raw: Any, pid: str, name: str) -> list[dict[str, str]]:
     out = []
     for i, t in enumerate(raw or []):
-        if not isinstance(t, dict) or not isinstance(t.get("input"), str) or not isinstance(t.get("output"), str):
+        if (
+            not isinstance(t, dict)
+            or not isinstance(t.get("input"), str)
+            or not isinstance(t.get("output"), str)
+        ):
             raise TaskError(f"open-r1 row {pid!r}: {name}[{i}] needs string 'input' and 'output'")
         out.append({"input": t["input"], "output": t["output"]})
     return out
@@ -94,8 +98,10 @@ def row_to_problem(row: dict[str, Any]) -> Problem:
         raise TaskError("open-r1 row without an 'id'")
     reason = unsupported_reason(row)
     if reason:
-        raise TaskError(f"open-r1 row {pid!r} cannot be judged: {reason} "
-                        "(pass skip_unsupported=True to skip such rows)")
+        raise TaskError(
+            f"open-r1 row {pid!r} cannot be judged: {reason} "
+            "(pass skip_unsupported=True to skip such rows)"
+        )
     title = row.get("title") or pid
     sections = [f"# {title}", (row.get("description") or "").strip()]
     for heading, key in (("Input", "input_format"), ("Output", "output_format")):
@@ -103,20 +109,38 @@ def row_to_problem(row: dict[str, Any]) -> Problem:
             sections.append(f"{heading}\n{row[key].strip()}")
     samples = _pairs(row.get("examples"), pid, "examples")
     sample_inputs = {s["input"] for s in samples}
-    tests = [t for t in _pairs(row.get("official_tests"), pid, "official_tests") if t["input"] not in sample_inputs]
+    tests = [
+        t
+        for t in _pairs(row.get("official_tests"), pid, "official_tests")
+        if t["input"] not in sample_inputs
+    ]
     judge: dict[str, Any] = {"mode": "tokens"}
     if row.get("generated_checker"):
-        judge = {"mode": "checker", "checker": {"language": "python",
-                                                 "source": wrap_generated_checker(row["generated_checker"])}}
+        judge = {
+            "mode": "checker",
+            "checker": {
+                "language": "python",
+                "source": wrap_generated_checker(row["generated_checker"]),
+            },
+        }
     tags = list(row.get("tags") or [])
     if row.get("official_tests_complete") is False:
         tags.append("tests_incomplete")
-    return Problem.from_row({
-        "id": pid, "title": title, "statement": "\n\n".join(s for s in sections if s) + "\n",
-        "samples": samples, "tests": tests,
-        "time_limit_s": row.get("time_limit") or 2.0, "memory_mb": int(row.get("memory_limit") or 256),
-        "judge": judge, "reference": {}, "tier": str(row.get("rating") or ""), "tags": tags,
-    })
+    return Problem.from_row(
+        {
+            "id": pid,
+            "title": title,
+            "statement": "\n\n".join(s for s in sections if s) + "\n",
+            "samples": samples,
+            "tests": tests,
+            "time_limit_s": row.get("time_limit") or 2.0,
+            "memory_mb": int(row.get("memory_limit") or 256),
+            "judge": judge,
+            "reference": {},
+            "tier": str(row.get("rating") or ""),
+            "tags": tags,
+        }
+    )
 
 
 def in_split(pid: str, split: str) -> bool:
@@ -124,7 +148,9 @@ def in_split(pid: str, split: str) -> bool:
     return is_test if split == "test" else not is_test
 
 
-def load_openr1(path: str | Path, split: str | None = None, *, skip_unsupported: bool = False) -> list[Problem]:
+def load_openr1(
+    path: str | Path, split: str | None = None, *, skip_unsupported: bool = False
+) -> list[Problem]:
     """Problems of an open-r1/codeforces file; `split` selects by "{split}" in path or by id hash."""
     path_str = str(path)
     by_hash = split is not None and "{split}" not in path_str
@@ -139,8 +165,11 @@ def load_openr1(path: str | Path, split: str | None = None, *, skip_unsupported:
             continue
         problems.append(row_to_problem(row))
     if skipped:
-        log.info("open-r1 codeforces: skipped %d rows that cannot be judged (interactive, file I/O "
-                 "or no official tests)", skipped)
+        log.info(
+            "open-r1 codeforces: skipped %d rows that cannot be judged (interactive, file I/O "
+            "or no official tests)",
+            skipped,
+        )
     if not problems:
         raise TaskError(f"{path_str}: no usable problems for split {split!r}")
     return problems

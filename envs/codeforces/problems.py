@@ -74,8 +74,12 @@ class Problem:
             "tests": [{"input": t.input, "output": t.output} for t in self.tests],
             "time_limit_s": self.time_limit_s,
             "memory_mb": self.memory_mb,
-            "judge": {"mode": self.judge.mode, "abs_tol": self.judge.abs_tol,
-                      "rel_tol": self.judge.rel_tol, "checker": checker},
+            "judge": {
+                "mode": self.judge.mode,
+                "abs_tol": self.judge.abs_tol,
+                "rel_tol": self.judge.rel_tol,
+                "checker": checker,
+            },
             "reference": dict(self.reference),
             "tier": self.tier,
             "tags": list(self.tags),
@@ -93,10 +97,17 @@ class Problem:
         time_s = _positive(row.get("time_limit_s", 2.0), pid, "time_limit_s", float)
         memory = _positive(row.get("memory_mb", 256), pid, "memory_mb", int)
         return cls(
-            id=pid, title=str(row.get("title", pid)), statement=str(_field(row, "statement", pid)),
-            samples=samples, tests=tests, time_limit_s=time_s, memory_mb=memory,
-            judge=_judge(row.get("judge") or {}, pid), reference=dict(row.get("reference") or {}),
-            tier=str(row.get("tier", "")), tags=tuple(row.get("tags") or ()),
+            id=pid,
+            title=str(row.get("title", pid)),
+            statement=str(_field(row, "statement", pid)),
+            samples=samples,
+            tests=tests,
+            time_limit_s=time_s,
+            memory_mb=memory,
+            judge=_judge(row.get("judge") or {}, pid),
+            reference=dict(row.get("reference") or {}),
+            tier=str(row.get("tier", "")),
+            tags=tuple(row.get("tags") or ()),
         )
 
 
@@ -121,7 +132,11 @@ def _tests(raw: Any, pid: str, name: str) -> tuple[Test, ...]:
         raise TaskError(f"task {pid!r}: {name!r} must be a list of {{'input', 'output'}} dicts")
     out = []
     for i, t in enumerate(raw):
-        if not isinstance(t, dict) or not isinstance(t.get("input"), str) or not isinstance(t.get("output"), str):
+        if (
+            not isinstance(t, dict)
+            or not isinstance(t.get("input"), str)
+            or not isinstance(t.get("output"), str)
+        ):
             raise TaskError(f"task {pid!r}: {name}[{i}] needs string fields 'input' and 'output'")
         out.append(Test(t["input"], t["output"]))
     return tuple(out)
@@ -133,12 +148,21 @@ def _judge(raw: dict[str, Any], pid: str) -> Judge:
         raise TaskError(f"task {pid!r}: judge.mode={mode!r}; expected one of {JUDGE_MODES}")
     checker = raw.get("checker")
     if mode == "checker" and not (isinstance(checker, dict) and checker.get("source")):
-        raise TaskError(f"task {pid!r}: judge.mode='checker' needs judge.checker={{'language', 'source'}}")
+        raise TaskError(
+            f"task {pid!r}: judge.mode='checker' needs judge.checker={{'language', 'source'}}"
+        )
     language = (checker or {}).get("language", "python")
     if checker and language not in LANGUAGES:
-        raise TaskError(f"task {pid!r}: judge.checker.language={language!r}; expected one of {LANGUAGES}")
-    return Judge(mode=mode, abs_tol=float(raw.get("abs_tol", 1e-6)), rel_tol=float(raw.get("rel_tol", 1e-6)),
-                 checker_language=language, checker_source=(checker or {}).get("source"))
+        raise TaskError(
+            f"task {pid!r}: judge.checker.language={language!r}; expected one of {LANGUAGES}"
+        )
+    return Judge(
+        mode=mode,
+        abs_tol=float(raw.get("abs_tol", 1e-6)),
+        rel_tol=float(raw.get("rel_tol", 1e-6)),
+        checker_language=language,
+        checker_source=(checker or {}).get("source"),
+    )
 
 
 # -- the directory layout -------------------------------------------------------------------------
@@ -164,13 +188,24 @@ def load_problem_dir(path: str | Path) -> Problem:
             raise TaskError(f"{path}: judge mode 'checker' but {checker_file.name} is missing")
         language = "cpp" if checker_file.suffix == ".cpp" else "python"
         judge["checker"] = {"language": language, "source": checker_file.read_text()}
-    reference = {lang: (path / f"ref.{ext}").read_text()
-                 for lang, ext in (("python", "py"), ("cpp", "cpp")) if (path / f"ref.{ext}").is_file()}
-    row = {"id": pid, "title": meta.get("title", pid), "statement": (path / "statement.md").read_text(),
-           "samples": [{"input": t.input, "output": t.output} for t in samples],
-           "tests": [{"input": t.input, "output": t.output} for t in tests],
-           "time_limit_s": meta.get("time_limit_s", 2.0), "memory_mb": meta.get("memory_mb", 256),
-           "judge": judge, "reference": reference, "tier": meta.get("tier", ""), "tags": meta.get("tags", [])}
+    reference = {
+        lang: (path / f"ref.{ext}").read_text()
+        for lang, ext in (("python", "py"), ("cpp", "cpp"))
+        if (path / f"ref.{ext}").is_file()
+    }
+    row = {
+        "id": pid,
+        "title": meta.get("title", pid),
+        "statement": (path / "statement.md").read_text(),
+        "samples": [{"input": t.input, "output": t.output} for t in samples],
+        "tests": [{"input": t.input, "output": t.output} for t in tests],
+        "time_limit_s": meta.get("time_limit_s", 2.0),
+        "memory_mb": meta.get("memory_mb", 256),
+        "judge": judge,
+        "reference": reference,
+        "tier": meta.get("tier", ""),
+        "tags": meta.get("tags", []),
+    }
     return Problem.from_row(row)
 
 
@@ -179,7 +214,9 @@ def load_problemset(root: str | Path = SHIPPED_DIR) -> list[Problem]:
     root = Path(root)
     if not root.is_dir():
         raise TaskError(f"problem directory {root} does not exist")
-    problems = [load_problem_dir(d) for d in sorted(root.iterdir()) if (d / "problem.json").is_file()]
+    problems = [
+        load_problem_dir(d) for d in sorted(root.iterdir()) if (d / "problem.json").is_file()
+    ]
     if not problems:
         raise TaskError(f"{root}: no problem directories (each needs a problem.json)")
     return problems

@@ -32,8 +32,17 @@ def test_last_code_block_wins_and_language_comes_from_the_fence():
     assert got.ok and got.language == "python" and got.source == "print(1)\n"
 
 
-@pytest.mark.parametrize("tag,language", [("py", "python"), ("python", "python"), ("c++", "cpp"),
-                                          ("cc", "cpp"), ("cpp", "cpp"), ("cpp title=x", "cpp")])
+@pytest.mark.parametrize(
+    "tag,language",
+    [
+        ("py", "python"),
+        ("python", "python"),
+        ("c++", "cpp"),
+        ("cc", "cpp"),
+        ("cpp", "cpp"),
+        ("cpp title=x", "cpp"),
+    ],
+)
 def test_language_aliases(tag, language):
     assert extract_code(f"```{tag}\nx\n```").language == language
 
@@ -43,17 +52,20 @@ def test_unclosed_final_block_is_still_the_submission():
     assert got.ok and got.source == "print(2)\n"
 
 
-@pytest.mark.parametrize("answer,verdict", [
-    ("", NO_CODE),
-    ("   \n\t", NO_CODE),
-    ("print(1)", NO_CODE),
-    ("```\nprint(1)\n```", UNKNOWN_LANGUAGE),
-    ("```java\nclass A {}\n```", UNKNOWN_LANGUAGE),
-    ("```python\n\n```", NO_CODE),
-    (b"```python\nprint('\xff')\n```", INVALID_UTF8),
-    ("```python\nprint('\udcff')\n```", INVALID_UTF8),
-    ("```python\n" + "x = 1\n" * (MAX_SOURCE_BYTES // 6 + 1) + "```", SOURCE_TOO_LONG),
-])
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("", NO_CODE),
+        ("   \n\t", NO_CODE),
+        ("print(1)", NO_CODE),
+        ("```\nprint(1)\n```", UNKNOWN_LANGUAGE),
+        ("```java\nclass A {}\n```", UNKNOWN_LANGUAGE),
+        ("```python\n\n```", NO_CODE),
+        (b"```python\nprint('\xff')\n```", INVALID_UTF8),
+        ("```python\nprint('\udcff')\n```", INVALID_UTF8),
+        ("```python\n" + "x = 1\n" * (MAX_SOURCE_BYTES // 6 + 1) + "```", SOURCE_TOO_LONG),
+    ],
+)
 def test_unjudgeable_answers_get_a_verdict_not_an_exception(answer, verdict):
     got = extract_code(answer)
     assert not got.ok and got.verdict == verdict and got.message
@@ -113,13 +125,16 @@ def test_rows_round_trip_and_are_json():
         assert Problem.from_row(row) == p
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda r: r.pop("tests"), "'tests'"),
-    (lambda r: r.update(time_limit_s=-1), "time_limit_s"),
-    (lambda r: r.update(judge={"mode": "fuzzy"}), "judge.mode"),
-    (lambda r: r.update(judge={"mode": "checker"}), "checker"),
-    (lambda r: r["tests"].append({"input": "1"}), "tests[10]"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda r: r.pop("tests"), "'tests'"),
+        (lambda r: r.update(time_limit_s=-1), "time_limit_s"),
+        (lambda r: r.update(judge={"mode": "fuzzy"}), "judge.mode"),
+        (lambda r: r.update(judge={"mode": "checker"}), "checker"),
+        (lambda r: r["tests"].append({"input": "1"}), "tests[10]"),
+    ],
+)
 def test_malformed_rows_name_the_field(mutate, needle):
     row = next(p for p in PROBLEMS if p.id == "a_plus_b").to_row()
     row["tests"] = row["tests"][:10]
@@ -147,14 +162,17 @@ def test_reference_response_is_a_short_python_block():
 
 
 # -- the env on answers that never reach the judge ----------------------------------------------
-@pytest.mark.parametrize("answer,verdict", [
-    ("", NO_CODE),
-    ("I think the answer is 3.", NO_CODE),
-    ("x" * (1 << 20), NO_CODE),
-    ("```python\n" + "#" * (1 << 20) + "\n```", SOURCE_TOO_LONG),
-    (b"\xff\xfe```python\nprint(1)\n```", INVALID_UTF8),
-    ("```rust\nfn main() {}\n```", UNKNOWN_LANGUAGE),
-])
+@pytest.mark.parametrize(
+    "answer,verdict",
+    [
+        ("", NO_CODE),
+        ("I think the answer is 3.", NO_CODE),
+        ("x" * (1 << 20), NO_CODE),
+        ("```python\n" + "#" * (1 << 20) + "\n```", SOURCE_TOO_LONG),
+        (b"\xff\xfe```python\nprint(1)\n```", INVALID_UTF8),
+        ("```rust\nfn main() {}\n```", UNKNOWN_LANGUAGE),
+    ],
+)
 def test_env_scores_unjudgeable_answers_zero_with_a_verdict(answer, verdict):
     env = CodeforcesEnv()
     row = next(p for p in PROBLEMS if p.id == "a_plus_b").to_row()
@@ -206,12 +224,25 @@ def test_user_problem_directory_without_splits_loads_every_problem(tmp_path: Pat
 
 def _openr1_row(pid: str, **over) -> dict:
     row = {
-        "id": pid, "title": "Sum", "description": "Print a+b.", "input_format": "Two integers.",
-        "output_format": "Their sum.", "interaction_format": None, "note": None,
+        "id": pid,
+        "title": "Sum",
+        "description": "Print a+b.",
+        "input_format": "Two integers.",
+        "output_format": "Their sum.",
+        "interaction_format": None,
+        "note": None,
         "examples": [{"input": "1 2\n", "output": "3\n"}],
-        "official_tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"}],
-        "official_tests_complete": True, "time_limit": 1.5, "memory_limit": 128.0,
-        "input_mode": "stdio", "generated_checker": None, "rating": 800, "tags": ["math"],
+        "official_tests": [
+            {"input": "1 2\n", "output": "3\n"},
+            {"input": "5 5\n", "output": "10\n"},
+        ],
+        "official_tests_complete": True,
+        "time_limit": 1.5,
+        "memory_limit": 128.0,
+        "input_mode": "stdio",
+        "generated_checker": None,
+        "rating": 800,
+        "tags": ["math"],
     }
     row.update(over)
     return row
@@ -219,16 +250,21 @@ def _openr1_row(pid: str, **over) -> dict:
 
 def test_openr1_row_maps_statement_tests_limits():
     p = row_to_problem(_openr1_row("1A"))
-    assert p.title == "Sum" and "Print a+b." in p.statement and "Input\nTwo integers." in p.statement
+    assert (
+        p.title == "Sum" and "Print a+b." in p.statement and "Input\nTwo integers." in p.statement
+    )
     assert [t.input for t in p.samples] == ["1 2\n"] and [t.input for t in p.tests] == ["5 5\n"]
     assert p.time_limit_s == 1.5 and p.memory_mb == 128 and p.judge.mode == "tokens"
 
 
-@pytest.mark.parametrize("over,needle", [
-    ({"interaction_format": "Interact with the jury."}, "interactive"),
-    ({"input_mode": "file"}, "input_mode='file'"),
-    ({"official_tests": []}, "no official_tests"),
-])
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"interaction_format": "Interact with the jury."}, "interactive"),
+        ({"input_mode": "file"}, "input_mode='file'"),
+        ({"official_tests": []}, "no official_tests"),
+    ],
+)
 def test_openr1_unsupported_rows_error_clearly(over, needle):
     with pytest.raises(TaskError, match=needle):
         row_to_problem(_openr1_row("2B", **over))
@@ -269,15 +305,23 @@ def test_generated_checker_wrapper_follows_both_contracts(tmp_path: Path):
     import sys
 
     # An open-r1 style checker: argv = input, correct output, solution output; prints 1 or 0.
-    checker = ("import sys\ninp, cor, sol = sys.argv[1:4]\n"
-               "print(1 if open(cor).read().split() == open(sol).read().split() else 0)\n")
+    checker = (
+        "import sys\ninp, cor, sol = sys.argv[1:4]\n"
+        "print(1 if open(cor).read().split() == open(sol).read().split() else 0)\n"
+    )
     prog = tmp_path / "wrapped.py"
     prog.write_text(wrap_generated_checker(checker))
     (tmp_path / "in").write_text("1 2\n")
     (tmp_path / "ans").write_text("3\n")
     for output, code in (("3\n", 0), ("4\n", 1)):
         (tmp_path / "out").write_text(output)
-        argv = [sys.executable, str(prog), str(tmp_path / "in"), str(tmp_path / "out"), str(tmp_path / "ans")]
+        argv = [
+            sys.executable,
+            str(prog),
+            str(tmp_path / "in"),
+            str(tmp_path / "out"),
+            str(tmp_path / "ans"),
+        ]
         assert subprocess.run(argv, capture_output=True).returncode == code
 
 

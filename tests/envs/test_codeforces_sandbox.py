@@ -56,30 +56,45 @@ async def test_every_reference_solution_passes_every_test_in_both_languages(sb: 
     async def judge(problem: Problem, language: str) -> tuple[str, dict]:
         env = CodeforcesEnv(sandbox=sb, reward_mode="fraction")  # no early stop: every test runs
         env.reset(options={"task": problem.to_row()})
-        _, reward, terminated, _, info = await env.astep(block(language, problem.reference[language]))
+        _, reward, terminated, _, info = await env.astep(
+            block(language, problem.reference[language])
+        )
         assert terminated
         return f"{problem.id}/{language}", info
 
     jobs = [judge(p, lang) for p in PROBLEMS.values() for lang in ("python", "cpp")]
     results = await asyncio.gather(*jobs)
-    failures = {name: (info["verdict"], info["message"]) for name, info in results if not info["solved"]}
+    failures = {
+        name: (info["verdict"], info["message"]) for name, info in results if not info["solved"]
+    }
     assert not failures, failures
     n_tests = sum(len(p.all_tests) for p in PROBLEMS.values())
     assert all(info["passed"] == info["total"] for _, info in results)
-    print(f"\nverified {len(PROBLEMS)} problems, {n_tests} tests, {len(results)} reference solutions "
-          f"({2 * n_tests} judged executions) on backend {sb.backend_name}")
+    print(
+        f"\nverified {len(PROBLEMS)} problems, {n_tests} tests, {len(results)} reference solutions "
+        f"({2 * n_tests} judged executions) on backend {sb.backend_name}"
+    )
 
 
 # -- planted solutions ---------------------------------------------------------------------------
-@pytest.mark.parametrize("language,source,verdict", [
-    ("python", "a, b = map(int, input().split())\nprint(a - b)", "WA"),
-    ("python", "while True:\n    pass", "TLE"),
-    ("python", "a, b = map(int, input().split())\nprint(a // 0)", "RE"),
-    ("cpp", "int main() { return 0 }", "CE"),
-    ("cpp", "#include <cstdio>\nint main() { int *p = nullptr; *p = 1; return 0; }", "RE"),
-    ("cpp", "#include <cstdio>\nint main() { long long a, b; scanf(\"%lld %lld\", &a, &b); printf(\"%lld\\n\", a * b); }", "WA"),
-])
-async def test_planted_solutions_get_their_verdicts_and_zero_reward(sb: Sandbox, language, source, verdict):
+@pytest.mark.parametrize(
+    "language,source,verdict",
+    [
+        ("python", "a, b = map(int, input().split())\nprint(a - b)", "WA"),
+        ("python", "while True:\n    pass", "TLE"),
+        ("python", "a, b = map(int, input().split())\nprint(a // 0)", "RE"),
+        ("cpp", "int main() { return 0 }", "CE"),
+        ("cpp", "#include <cstdio>\nint main() { int *p = nullptr; *p = 1; return 0; }", "RE"),
+        (
+            "cpp",
+            '#include <cstdio>\nint main() { long long a, b; scanf("%lld %lld", &a, &b); printf("%lld\\n", a * b); }',
+            "WA",
+        ),
+    ],
+)
+async def test_planted_solutions_get_their_verdicts_and_zero_reward(
+    sb: Sandbox, language, source, verdict
+):
     env = _env(sb, "a_plus_b")
     obs, reward, terminated, truncated, info = await env.astep(block(language, source))
     assert (obs, reward, terminated, truncated) == ([], 0.0, True, False)
@@ -116,7 +131,9 @@ async def test_float_problems_use_tolerance(sb: Sandbox):
 # -- multi-turn ----------------------------------------------------------------------------------
 async def test_multi_turn_feedback_on_the_first_failing_sample_then_hidden_then_solved(sb: Sandbox):
     env = _env(sb, "a_plus_b", max_turns=3)
-    obs, reward, terminated, _, info = await env.astep(block("python", "a, b = map(int, input().split())\nprint(a - b)"))
+    obs, reward, terminated, _, info = await env.astep(
+        block("python", "a, b = map(int, input().split())\nprint(a - b)")
+    )
     assert not terminated and reward == 0.0 and info["turn_reward"] == 0.0 and info["turn"] == 1
     text = obs[0]["content"]
     assert obs[0]["role"] == "user" and "sample test 1: WA" in text
@@ -124,14 +141,26 @@ async def test_multi_turn_feedback_on_the_first_failing_sample_then_hidden_then_
 
     sample_only = "a, b = map(int, input().split())\nprint(a + b if abs(a) < 100 else 0)"
     obs, reward, terminated, _, info = await env.astep(block("python", sample_only))
-    assert not terminated and reward == 0.0 and "passes the samples but fails a hidden test" in obs[0]["content"]
+    assert (
+        not terminated
+        and reward == 0.0
+        and "passes the samples but fails a hidden test" in obs[0]["content"]
+    )
     assert "1000000000" not in obs[0]["content"]  # hidden tests stay hidden
 
-    obs, reward, terminated, _, info = await env.astep(env.reference_response(PROBLEMS["a_plus_b"].to_row()))
-    assert (obs, reward, terminated) == ([], 1.0, True) and info["turn"] == 3 and info["turn_reward"] == 1.0
+    obs, reward, terminated, _, info = await env.astep(
+        env.reference_response(PROBLEMS["a_plus_b"].to_row())
+    )
+    assert (
+        (obs, reward, terminated) == ([], 1.0, True)
+        and info["turn"] == 3
+        and info["turn_reward"] == 1.0
+    )
 
 
-async def test_multi_turn_compile_error_feedback_and_final_turn_reward_from_hidden_tests(sb: Sandbox):
+async def test_multi_turn_compile_error_feedback_and_final_turn_reward_from_hidden_tests(
+    sb: Sandbox,
+):
     env = _env(sb, "a_plus_b", max_turns=2, reward_mode="fraction")
     obs, _, terminated, _, info = await env.astep(block("cpp", "int main() { return 0 }"))
     assert not terminated and info["verdict"] == "CE" and "Compilation error" in obs[0]["content"]
@@ -162,8 +191,9 @@ async def test_astep_does_not_block_the_event_loop(sb: Sandbox):
 
 # -- sandbox failures are infrastructure errors ------------------------------------------------------
 async def _docker(*argv: str) -> str:
-    proc = await asyncio.create_subprocess_exec("docker", *argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        "docker", *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
     out, _ = await proc.communicate()
     return out.decode()
 
@@ -188,7 +218,9 @@ async def test_a_container_killed_mid_run_raises_infra_error(sb: Sandbox):
 
 
 async def test_a_sandbox_that_cannot_start_raises_infra_error_not_reward_zero(sb: Sandbox):
-    env = CodeforcesEnv(sandbox_backend="docker", sandbox_options={"image_tag": "gspo-sandbox:no-such-image"})
+    env = CodeforcesEnv(
+        sandbox_backend="docker", sandbox_options={"image_tag": "gspo-sandbox:no-such-image"}
+    )
     env.reset(options={"task": PROBLEMS["a_plus_b"].to_row()})
     with pytest.raises(InfraError, match="could not start the sandbox"):
         await env.astep(env.reference_response(PROBLEMS["a_plus_b"].to_row()))
@@ -209,7 +241,9 @@ async def test_env_creates_and_closes_its_own_sandbox_lazily():
     env = CodeforcesEnv(sandbox_backend="docker")
     env.reset(options={"task": PROBLEMS["a_plus_b"].to_row()})
     try:
-        _, reward, _, _, info = await env.astep(env.reference_response(PROBLEMS["a_plus_b"].to_row()))
+        _, reward, _, _, info = await env.astep(
+            env.reference_response(PROBLEMS["a_plus_b"].to_row())
+        )
     except InfraError as exc:
         if isinstance(exc.__cause__, SandboxUnavailable):
             _unavailable(str(exc))
@@ -217,3 +251,24 @@ async def test_env_creates_and_closes_its_own_sandbox_lazily():
     assert reward == 1.0 and info["backend"] == "docker"
     await env.aclose()
     assert env._sandbox is None
+
+
+async def test_sync_close_inside_the_loop_removes_the_env_owned_sandbox():
+    from sandbox.backends.docker import LABEL, owner_id
+
+    env = CodeforcesEnv(sandbox_backend="docker")
+    env.reset(options={"task": PROBLEMS["a_plus_b"].to_row()})
+    try:
+        _, reward, _, _, _ = await env.astep(env.reference_response(PROBLEMS["a_plus_b"].to_row()))
+    except InfraError as exc:
+        if isinstance(exc.__cause__, SandboxUnavailable):
+            _unavailable(str(exc))
+        raise
+    assert reward == 1.0
+    env.close()  # what the rollout manager calls, from inside its event loop
+    for _ in range(200):
+        if not (await _docker("ps", "-q", "--filter", f"label={LABEL}={owner_id()}")).split():
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the env's own sandbox containers outlived env.close()")

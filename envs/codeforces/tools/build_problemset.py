@@ -48,7 +48,9 @@ def _run(cmd: list[str], stdin: str, timeout: float = 20.0) -> str:
 def _compile_cpp(source: str, workdir: Path) -> Path:
     src, exe = workdir / "ref.cpp", workdir / "ref"
     src.write_text(source)
-    subprocess.run(["g++", "-O2", "-std=c++17", "-o", str(exe), str(src)], check=True, capture_output=True)
+    subprocess.run(
+        ["g++", "-O2", "-std=c++17", "-o", str(exe), str(src)], check=True, capture_output=True
+    )
     return exe
 
 
@@ -58,7 +60,9 @@ def _accepts(mode: str, checker: str | None, inp: str, out: str, ans: str, workd
     if mode == "float":
         a, b = out.split(), ans.split()
         return len(a) == len(b) and all(
-            x == y or math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-6) for x, y in zip(a, b))
+            x == y or math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-6)
+            for x, y in zip(a, b)
+        )
     files = []
     for name, text in (("in.txt", inp), ("out.txt", out), ("ans.txt", ans)):
         (workdir / name).write_text(text)
@@ -109,10 +113,21 @@ def build_one(spec: Spec, root: Path) -> int:
     if spec.checker:
         judge["checker_file"] = "checker.py"
         (out / "checker.py").write_text(spec.checker)
-    meta = {"id": spec.id, "title": spec.title, "tier": spec.tier, "time_limit_s": spec.time_limit_s,
-            "memory_mb": spec.memory_mb, "judge": judge, "tags": spec.tags,
-            "tests_origin": {"spec": _spec_file(spec), "generator_seed": seed_of(spec.id),
-                             "n_generated": spec.n_generated, "edge_cases": len(spec.edge)}}
+    meta = {
+        "id": spec.id,
+        "title": spec.title,
+        "tier": spec.tier,
+        "time_limit_s": spec.time_limit_s,
+        "memory_mb": spec.memory_mb,
+        "judge": judge,
+        "tags": spec.tags,
+        "tests_origin": {
+            "spec": _spec_file(spec),
+            "generator_seed": seed_of(spec.id),
+            "n_generated": spec.n_generated,
+            "edge_cases": len(spec.edge),
+        },
+    }
     (out / "problem.json").write_text(json.dumps(meta, indent=2) + "\n")
     (out / "statement.md").write_text(f"# {spec.title}\n\n{spec.statement()}")
     (out / "ref.py").write_text(spec.py)
@@ -122,10 +137,25 @@ def build_one(spec: Spec, root: Path) -> int:
 
 
 def _spec_file(spec: Spec) -> str:
-    for name, group in (("specs_easy.py", EASY), ("specs_medium.py", MEDIUM), ("specs_special.py", SPECIAL)):
+    for name, group in (
+        ("specs_easy.py", EASY),
+        ("specs_medium.py", MEDIUM),
+        ("specs_special.py", SPECIAL),
+    ):
         if any(s is spec for s in group):
             return f"envs/codeforces/tools/{name}"
     return "?"
+
+
+def normalize_python(root: Path) -> None:
+    """ruff-format the shipped .py files so the repository's lint/format check passes on them."""
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        raise SystemExit(
+            "ruff is needed to normalise the shipped ref.py/checker.py files: pip install ruff"
+        )
+    subprocess.run([ruff, "check", "--fix", "-q", str(root)], check=False)
+    subprocess.run([ruff, "format", "-q", str(root)], check=True)
 
 
 def write_splits(root: Path) -> dict[str, list[str]]:
@@ -150,7 +180,9 @@ def verify(root: Path) -> tuple[int, int]:
             for t in p.all_tests:
                 for cmd in ([sys.executable, str(work / "ref.py")], [str(exe)]):
                     got = _run(cmd, t.input)
-                    if not _accepts(p.judge.mode, p.judge.checker_source, t.input, got, t.output, work):
+                    if not _accepts(
+                        p.judge.mode, p.judge.checker_source, t.input, got, t.output, work
+                    ):
                         raise RuntimeError(f"{p.id}: {cmd[-1]} fails on input {t.input[:80]!r}")
                 n_tests += 1
     return len(problems), n_tests
@@ -164,7 +196,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.verify:
         n_problems, n_tests = verify(args.root)
-        print(f"verified {n_problems} problems, {n_tests} tests, {2 * n_problems} reference solutions")
+        print(
+            f"verified {n_problems} problems, {n_tests} tests, {2 * n_problems} reference solutions"
+        )
         return
     ids = [s.id for s in ALL_SPECS]
     if len(ids) != len(set(ids)):
@@ -178,6 +212,7 @@ def main() -> None:
         total += n
         print(f"{spec.id}: {n} tests")
     splits = write_splits(args.root)
+    normalize_python(args.root)
     print(f"built {total} tests; train={len(splits['train'])} test={len(splits['test'])}")
 
 

@@ -1,4 +1,6 @@
 import sys
+
+
 def main():
     n = int(open(sys.argv[1]).read().split()[0])
     out = open(sys.argv[2]).read().split()
@@ -9,6 +11,8 @@ def main():
         return False
     d = int(out[0])
     return 1 < d < n and n % d == 0
+
+
 try:
     ok = main()
 except Exception:

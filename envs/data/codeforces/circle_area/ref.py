@@ -1,3 +1,4 @@
 import math
+
 r = int(input())
 print(math.pi * r * r)

@@ -1,2 +1,2 @@
 n = int(input())
-print(-1 if n == 1 else ' '.join(map(str, list(range(2, n + 1)) + [1])))
+print(-1 if n == 1 else " ".join(map(str, list(range(2, n + 1)) + [1])))

@@ -1,3 +1,4 @@
 import math
+
 input()
 print(math.gcd(*map(int, input().split())))

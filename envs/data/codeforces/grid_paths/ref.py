@@ -4,7 +4,7 @@ dp = [0] * w
 dp[0] = 1
 for i in range(h):
     for j in range(w):
-        if g[i][j] == '#':
+        if g[i][j] == "#":
             dp[j] = 0
         elif j:
             dp[j] = (dp[j] + dp[j - 1]) % 1000000007

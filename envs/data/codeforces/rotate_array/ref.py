@@ -1,4 +1,4 @@
 n, k = map(int, input().split())
 a = input().split()
 k %= n
-print(*(a[n - k:] + a[:n - k]))
+print(*(a[n - k :] + a[: n - k]))

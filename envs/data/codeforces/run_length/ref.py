@@ -6,4 +6,4 @@ while i < len(s):
         j += 1
     out.append(s[i] + str(j - i))
     i = j
-print(''.join(out))
+print("".join(out))

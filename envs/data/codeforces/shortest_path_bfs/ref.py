@@ -1,5 +1,6 @@
 import sys
 from collections import deque
+
 d = sys.stdin.read().split()
 n, m = int(d[0]), int(d[1])
 g = [[] for _ in range(n + 1)]
