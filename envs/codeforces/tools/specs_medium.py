@@ -31,6 +31,35 @@ def _knap(r):
     return lines(f"{n} {w}", *items)
 
 
+def _balanced(r, pairs):
+    """A random balanced bracket string with `pairs` pairs."""
+    out, stack = [], []
+    opening = {"(": ")", "[": "]", "{": "}"}
+    while len(out) < 2 * pairs:
+        if stack and (len(out) + len(stack) >= 2 * pairs or r.random() < 0.5):
+            out.append(stack.pop())
+        else:
+            o = r.choice("([{")
+            out.append(o)
+            stack.append(opening[o])
+    return "".join(out)
+
+
+def _brackets(r):
+    s = _balanced(r, r.randint(1, 12))
+    if r.random() < 0.5:  # break it: flip, drop or swap one character
+        i = r.randrange(len(s))
+        s = s[:i] + r.choice("()[]{}") + s[i + 1 :] if r.random() < 0.7 else s[:i] + s[i + 1 :]
+    return (s or "(") + "\n"
+
+
+def _two_sum(r):
+    n = r.randint(1, 8)
+    a = _arr(r, n, -20, 20)
+    t = a[0] + a[-1] if n > 1 and r.random() < 0.5 else r.randint(-40, 40)
+    return lines(f"{n} {t}", ints(a))
+
+
 def _ranges(r):
     n, q = r.randint(1, 2000), r.randint(1, 2000)
     a = _arr(r, n, -(10**9), 10**9)
@@ -264,14 +293,7 @@ SPECS = [
             "{" * 50000 + ")" * 50000 + "\n",
             "][\n",
         ],
-        gen=lambda r: (
-            (
-                lambda n: "".join(
-                    r.choice("()") if r.random() < 0.9 else r.choice("[]{}") for _ in range(n)
-                )
-            )(2 * r.randint(1, 10))
-            + "\n"
-        ),
+        gen=_brackets,
         py='s, st = input(), []\nok = True\nfor c in s:\n    if c in "([{":\n        st.append(c)\n    elif not st or st.pop() + c not in ("()", "[]", "{}"):\n        ok = False\n        break\nprint("YES" if ok and not st else "NO")\n',
         cpp=cpp(
             "    string s, st;\n    cin >> s;\n    bool ok = true;\n    for (char c : s) {\n        if (c == '(' || c == '[' || c == '{') st += c;\n        else {\n            char o = c == ')' ? '(' : c == ']' ? '[' : '{';\n            if (st.empty() || st.back() != o) { ok = false; break; }\n            st.pop_back();\n        }\n    }\n    cout << (ok && st.empty() ? \"YES\" : \"NO\") << endl;"
@@ -316,9 +338,7 @@ SPECS = [
         output_spec="Print YES or NO.",
         samples=["4 9\n2 7 11 15\n", "3 10\n5 1 2\n"],
         edge=["1 2\n1\n", "2 2\n1 1\n", "2 0\n0 1\n", "3 -2000000000\n-1000000000 5 -1000000000\n"],
-        gen=lambda r: (lambda n: lines(f"{n} {r.randint(-40, 40)}", ints(_arr(r, n, -20, 20))))(
-            r.randint(1, 8)
-        ),
+        gen=_two_sum,
         py='n, t = map(int, input().split())\nseen = set()\nok = False\nfor x in map(int, input().split()):\n    if t - x in seen:\n        ok = True\n    seen.add(x)\nprint("YES" if ok else "NO")\n',
         cpp=cpp(
             '    int n;\n    long long t;\n    cin >> n >> t;\n    set<long long> s;\n    bool ok = false;\n    for (int i = 0; i < n; i++) { long long x; cin >> x; if (s.count(t - x)) ok = true; s.insert(x); }\n    cout << (ok ? "YES" : "NO") << endl;'
