@@ -202,7 +202,7 @@ async def test_partial_rollout_resumes_under_new_weights(
     fresh_engine, tokenizer, model_dir, tmp_path
 ):
     new_dir = perturbed_weights(model_dir, tmp_path / "v1")
-    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=48, max_staleness_steps=1)
+    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=96, max_staleness_steps=1)
     collecting = asyncio.create_task(mgr.collect([{"id": "p", "turns": 1}]))
     await _wait_for_decoding(fresh_engine, 6)
     await mgr.update_weights(new_dir, version=1)
@@ -227,7 +227,7 @@ async def test_partial_rollout_resumes_under_new_weights(
 async def test_on_policy_bound_restarts_interrupted_trajectories(
     fresh_engine, tokenizer, model_dir
 ):
-    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=48, max_staleness_steps=0)
+    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=96, max_staleness_steps=0)
     collecting = asyncio.create_task(mgr.collect([{"id": "s", "turns": 2}]))
     await _wait_for_decoding(fresh_engine, 6)
     await mgr.update_weights(model_dir, version=1)

@@ -88,14 +88,23 @@ async def test_multi_turn_over_http_masks_env_segments(server, tokenizer, model_
         _assert_engine_saw_these_ids(traj, model_dir, {0: model_dir})
 
 
-async def _decoding_started(url: str, min_live: int = 1) -> None:
-    """Wait until the server has at least `min_live` requests in flight."""
+async def _decoding_started(url: str, min_live: int = 1, min_steps: int = 0) -> None:
+    """Wait until the server has `min_live` requests in flight and then made `min_steps` more
+    forward steps (so they have tokens under the current weights)."""
     async with httpx.AsyncClient() as client:
+        start = None
         while True:
             info = (await client.get(url + "/get_server_info")).json()
-            if info.get("num_live_requests", 0) >= min_live:
+            steps = _stats(info)["forward_steps"]
+            if start is None and info.get("num_live_requests", 0) >= min_live:
+                start = steps
+            if start is not None and steps >= start + min_steps:
                 return
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.01)
+
+
+def _stats(info: dict) -> dict:
+    return info["stats"]
 
 
 async def test_partial_rollout_over_http_across_a_weight_update(
@@ -104,10 +113,9 @@ async def test_partial_rollout_over_http_across_a_weight_update(
     new_dir = perturbed_weights(model_dir, tmp_path / "v1")
     engine = SGLangEngine([server.url])
     try:
-        mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=64)
+        mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=160)
         collecting = asyncio.create_task(mgr.collect([{"id": "p", "turns": 1}]))
-        await _decoding_started(server.url, min_live=2)
-        await asyncio.sleep(0.1)  # a few tokens under version 0
+        await _decoding_started(server.url, min_live=2, min_steps=4)  # tokens under version 0
         await mgr.update_weights(new_dir, version=1)
         result = await collecting
         for traj in result.trajectories:
@@ -124,7 +132,7 @@ async def test_partial_rollout_over_http_across_a_weight_update(
 
 async def _served_requests(url: str) -> int:
     async with httpx.AsyncClient() as client:
-        return int((await client.get(url + "/get_server_info")).json()["stats"]["requests"])
+        return int(_stats((await client.get(url + "/get_server_info")).json())["requests"])
 
 
 @pytest.mark.slow
