@@ -1,0 +1,351 @@
+"""Learner throughput: update tokens/s of our GSPO minibatch step against a floor and a peer.
+
+One run, one table, all on the same model (the project's `tiny` Qwen3), the same shape of work
+(B sequences of prompt + completion tokens, split into 4 minibatches = 4 optimizer steps):
+
+- ours, 1 process   : `Learner.update` (GSPO, eps 3e-4 / 4e-4), all cores in one process
+- ours, N processes : the same under torchrun / FSDP2 (gloo on CPU), one core per process
+- floor             : a bare forward + backward (plain LM cross-entropy) + AdamW step per minibatch,
+                      same model, same padded tokens: what any trainer must at least spend
+- TRL               : GRPOTrainer (importance_sampling_level="sequence", loss_type="grpo",
+                      epsilon 3e-4 / epsilon_high 4e-4, steps_per_generation 4, beta 0), completions
+                      forced to the same length; its optimizer steps are timed with generation (and
+                      the old-log-prob pass inside it) subtracted
+
+    python benchmarks/learner_throughput.py              # prints the table (add --json out.json)
+    pip install -e '.[bench]'                            # TRL is optional, only for the peer row
+
+Timing: one warm-up update, then the median of --repeats updates. Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+RESULT = "RESULT "
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--worker", choices=["ours", "floor", "trl"], default=None, help=argparse.SUPPRESS
+    )
+    p.add_argument("--model", default=None, help="HF directory (default: the project's tiny model)")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per rollout batch")
+    p.add_argument("--group-size", type=int, default=8, help="completions per prompt")
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--completion-tokens", type=int, default=96)
+    p.add_argument("--num-minibatches", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--nproc", type=int, default=2, help="processes for the multi-process row")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--json", default=None, help="also write the rows here")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------------------------
+# shared work
+# --------------------------------------------------------------------------------------------
+def tiny_model_dir() -> str:
+    from gspo_agents.models import ModelConfig, resolve_model
+
+    return resolve_model(ModelConfig(name="tiny"))
+
+
+def make_batch(args, vocab_size: int, seed: int = 0):
+    """B full-length rows: prompt then completion; per-sequence group advantages."""
+    from gspo_agents.objectives import group_advantages
+    from gspo_agents.trajectory import FlatBatch
+
+    g = torch.Generator().manual_seed(seed)
+    B, P, C = args.batch_size, args.prompt_tokens, args.completion_tokens
+    ids = torch.randint(3, vocab_size, (B, P + C), generator=g)
+    attn = torch.ones(B, P + C, dtype=torch.long)
+    mask = torch.zeros(B, P + C)
+    mask[:, P:] = 1.0
+    rewards = torch.rand(B, generator=g)
+    adv = group_advantages(rewards, [i // args.group_size for i in range(B)]).advantages_B
+    versions = torch.where(mask.bool(), 0, -1)
+    return FlatBatch(ids, attn, mask, torch.zeros(B, P + C), adv[:, None] * mask, versions)
+
+
+def emit(row: dict) -> None:
+    print(RESULT + json.dumps(row), flush=True)
+
+
+class Clock:
+    """Wall and CPU seconds of this process. On a shared machine CPU seconds are the fairer
+    measure for single-threaded runs: other people's jobs stretch the wall clock, not our CPU time."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def elapsed(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def median_update(fn, repeats: int) -> tuple[float, float]:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        clock = Clock()
+        fn()
+        times.append(clock.elapsed())
+    return _medians(times)
+
+
+def _medians(times: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+
+
+# --------------------------------------------------------------------------------------------
+# workers
+# --------------------------------------------------------------------------------------------
+def worker_ours(args) -> None:
+    from gspo_agents.learner import Learner, LearnerConfig
+
+    cfg = LearnerConfig(
+        algorithm="gspo",
+        lr=1e-5,
+        num_minibatches=args.num_minibatches,
+        micro_batch_tokens=args.batch_size * (args.prompt_tokens + args.completion_tokens),
+    )
+    learner = Learner(args.model, cfg)
+    batch = make_batch(args, learner.model.config.vocab_size)
+
+    def on_policy():  # the engine's log-probs, computed outside the timed update
+        return replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * batch.loss_mask_BT)
+
+    times, metrics = [], {}
+    for _ in range(1 + args.repeats):
+        b = on_policy()
+        clock = Clock()
+        metrics = learner.update(b)
+        times.append(clock.elapsed())
+    if learner.is_main:
+        name = f"ours (GSPO, {learner.world_size} proc)"
+        row = _row(name, learner.world_size, args, *_medians(times[1:]))
+        row.update(device=str(learner.device), skipped_steps=metrics["skipped_steps"])
+        if learner.device.type == "cuda":
+            row["bf16"] = learner.cfg.mixed_precision
+            row["max_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        emit(row)
+    learner.close()
+
+
+def worker_floor(args) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from gspo_agents.learner.batching import split_minibatches
+
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    model.config.use_cache = False
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
+    batch = make_batch(args, model.config.vocab_size)
+
+    def update() -> None:
+        for rows in split_minibatches(batch.num_sequences, args.num_minibatches):
+            ids = batch.input_ids_BT[rows]
+            out = model(input_ids=ids, attention_mask=batch.attention_mask_BT[rows], labels=ids)
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    emit(_row("floor (fwd+bwd+AdamW)", 1, args, *median_update(update, args.repeats)))
+
+
+def worker_trl(args) -> None:
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    g = torch.Generator().manual_seed(0)
+    prompts = [
+        tok.decode(torch.randint(3, len(tok), (args.prompt_tokens,), generator=g).tolist())
+        for _ in range(64)
+    ]
+    steps_per_generation = args.num_minibatches
+    per_step = args.batch_size // steps_per_generation
+    cycles = 1 + args.repeats  # the first generation cycle is the warm-up
+    config = GRPOConfig(
+        output_dir="/tmp/trl-bench",
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=10_000,
+        per_device_train_batch_size=per_step,
+        gradient_accumulation_steps=1,
+        steps_per_generation=steps_per_generation,
+        num_generations=args.group_size,
+        max_completion_length=args.completion_tokens,
+        generation_kwargs={"min_new_tokens": args.completion_tokens},
+        importance_sampling_level="sequence",
+        loss_type="grpo",
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+        beta=0.0,
+        learning_rate=1e-5,
+        max_steps=cycles * steps_per_generation,
+        dataloader_num_workers=0,
+        seed=0,
+    )
+
+    class StepTimer(TrainerCallback):
+        """Wall and CPU time of each optimizer step, minus the generation inside it."""
+
+        def __init__(self) -> None:
+            self.steps: list[tuple[float, float]] = []
+            self.generation = (0.0, 0.0)
+
+        def on_step_begin(self, *a, **k):
+            self.generation, self.clock = (0.0, 0.0), Clock()
+
+        def on_step_end(self, *a, **k):
+            wall, cpu = self.clock.elapsed()
+            self.steps.append((wall - self.generation[0], cpu - self.generation[1]))
+
+    timer = StepTimer()
+
+    class TimedGRPO(GRPOTrainer):
+        def _generate_and_score_completions(self, *a, **k):
+            clock = Clock()
+            try:
+                return super()._generate_and_score_completions(*a, **k)
+            finally:
+                wall, cpu = clock.elapsed()
+                timer.generation = (timer.generation[0] + wall, timer.generation[1] + cpu)
+
+    def reward(completions, **kw):
+        return [float(len(str(c)) % 7) for c in completions]  # any spread; speed only
+
+    data = Dataset.from_dict({"prompt": prompts})
+    trainer = TimedGRPO(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=data,
+        processing_class=tok,
+        callbacks=[timer],
+    )
+    trainer.train()
+    per_cycle = [
+        sum(timer.steps[i : i + steps_per_generation])
+        for i in range(steps_per_generation, len(timer.steps), steps_per_generation)
+    ]
+    emit(
+        _row(
+            f"TRL {trl.__version__} GRPOTrainer (seq-level)", 1, args, statistics.median(per_cycle)
+        )
+    )
+
+
+def _row(name: str, nproc: int, args, wall_s: float, cpu_s: float) -> dict:
+    tokens = args.batch_size * (args.prompt_tokens + args.completion_tokens)
+    return {
+        "run": name,
+        "procs": nproc,
+        "tokens_per_update": tokens,
+        "s_per_update": round(wall_s, 4),
+        "tokens_per_s": round(tokens / wall_s, 1),
+        # rank 0's CPU seconds; with one thread per process, the per-core cost
+        "cpu_s_per_update": round(cpu_s, 4),
+        "tokens_per_cpu_s": round(tokens / cpu_s, 1),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# orchestration
+# --------------------------------------------------------------------------------------------
+def run_worker(kind: str, args, nproc: int = 1) -> dict | None:
+    flags = [
+        "--worker", kind, "--model", args.model, "--batch-size", str(args.batch_size),
+        "--group-size", str(args.group_size), "--prompt-tokens", str(args.prompt_tokens),
+        "--completion-tokens", str(args.completion_tokens),
+        "--num-minibatches", str(args.num_minibatches), "--repeats", str(args.repeats),
+        "--threads", str(args.threads),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={nproc}", __file__, *flags]  # fmt: skip
+    else:
+        cmd = [sys.executable, __file__, *flags]
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(key, None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT) :])
+    print(
+        f"[{kind} x{nproc}] failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+        file=sys.stderr,
+    )
+    return None
+
+
+def table(rows: list[dict]) -> str:
+    floor = next((r for r in rows if r["run"].startswith("floor")), None)
+    lines = [
+        "| run | procs | tokens/update | s/update (wall) | update tokens/s (wall) "
+        "| tokens per CPU-s (rank 0) | vs floor (wall) | vs floor (CPU) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        wall = f"{r['tokens_per_s'] / floor['tokens_per_s']:.0%}" if floor else "-"
+        cpu = f"{r['tokens_per_cpu_s'] / floor['tokens_per_cpu_s']:.0%}" if floor else "-"
+        lines.append(
+            f"| {r['run']} | {r['procs']} | {r['tokens_per_update']} | {r['s_per_update']:.3f} "
+            f"| {r['tokens_per_s']:.0f} | {r['tokens_per_cpu_s']:.0f} | {wall} | {cpu} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.model is None:
+        args.model = tiny_model_dir()
+    if args.worker:
+        torch.set_num_threads(args.threads)
+        {"ours": worker_ours, "floor": worker_floor, "trl": worker_trl}[args.worker](args)
+        return
+    rows = [run_worker("ours", args), run_worker("ours", args, nproc=args.nproc)]
+    rows.append(run_worker("floor", args))
+    if not args.skip_trl:
+        try:
+            import trl  # noqa: F401
+        except ImportError:
+            print(
+                "TRL not installed (pip install -e '.[bench]'); skipping the peer row",
+                file=sys.stderr,
+            )
+        else:
+            rows.append(run_worker("trl", args))
+    rows = [r for r in rows if r]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"model: {args.model}  torch {torch.__version__}  cores: {os.cpu_count()}  "
+        f"threads/process: {args.threads}  load average: {load:.1f}"
+    )
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
