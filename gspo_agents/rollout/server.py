@@ -7,7 +7,7 @@ over real HTTP in tests and a CPU-only user has a server. Endpoints:
   POST /generate                      input_ids (one list, or a list of lists for a batch),
                                       sampling_params, return_logprob, rid
   GET  /health, /health_generate      200, or 503 once the engine is closed
-  GET  /get_model_info                model_path, weight_version, ...
+  GET  /get_model_info, /model_info   model_path, weight_version, ...
   GET  /get_server_info, /server_info what the client probes at start
   POST /abort_request                 {"rid", "abort_all"}: rid matches by PREFIX, as SGLang does
   POST /pause_generation              {"mode": "abort"}: in-flight requests return 'abort'
@@ -347,6 +347,7 @@ def build_app(engine: LocalEngine, tokenizer=None) -> Starlette:
         Route("/health", _handle(server.health), methods=get),
         Route("/health_generate", _handle(server.health), methods=get),
         Route("/get_model_info", _handle(server.model_info), methods=get),
+        Route("/model_info", _handle(server.model_info), methods=get),  # newer SGLang name
         Route("/get_server_info", _handle(server.server_info), methods=get),
         Route("/server_info", _handle(server.server_info), methods=get),
         Route("/abort_request", _handle(server.abort_request), methods=post),

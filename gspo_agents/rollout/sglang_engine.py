@@ -232,7 +232,7 @@ class SGLangEngine:
     async def _probe(self, worker: _Worker) -> dict[str, Any]:
         """Server info (newer builds: /server_info), plus /get_model_info; {} if unreachable."""
         info: dict[str, Any] = {}
-        for path in ("/get_server_info", "/server_info", "/get_model_info"):
+        for path in ("/get_server_info", "/server_info", "/model_info", "/get_model_info"):
             try:
                 resp = await self._client.get(worker.url + path)
             except httpx.TransportError as exc:
@@ -241,7 +241,7 @@ class SGLangEngine:
                 return {}
             if resp.status_code == 200:
                 info.update(resp.json())
-                if path == "/get_model_info" or "weight_version" in info:
+                if path.endswith("model_info") or "weight_version" in info:
                     break
         worker.info = info
         return info or {"reachable": True}
