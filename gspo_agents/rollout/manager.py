@@ -187,12 +187,12 @@ class RolloutManager:
 
     async def update_weights(self, path: str, version: int) -> None:
         """Pause -> load -> resume. In-flight turns keep their tokens and continue afterwards."""
-        if version <= self._version:
-            raise ValueError(
-                f"weight version must grow: got {version}, current {self._version}; "
-                "pass the learner's step count after the update"
-            )
         async with self._update_lock:
+            if version <= self._version:
+                raise ValueError(
+                    f"weight version must grow: got {version}, current {self._version}; "
+                    "pass the learner's step count after the update"
+                )
             self._gate.clear()
             try:
                 await self.engine.pause()
@@ -253,6 +253,9 @@ class RolloutManager:
     async def _collect_raw(self, tasks: list[dict]) -> RolloutResult:
         if not tasks:
             raise ValueError("collect() needs at least one task row")
+        if not all(isinstance(t, dict) for t in tasks):
+            bad = next(type(t).__name__ for t in tasks if not isinstance(t, dict))
+            raise TypeError(f"task rows must be dicts (from env.load_tasks), got a {bad}")
         stats = _Stats()
         G = self.cfg.num_samples_per_task
         group_ids = [uuid.uuid4().hex for _ in tasks]
@@ -317,7 +320,12 @@ class RolloutManager:
             env.close()
 
     async def _episode(self, env: TextEnv, traj: Trajectory, stats: _Stats) -> None:
-        """Consumes model turns and env steps until the env ends the episode or a budget does."""
+        """One episode: model turn -> env.astep -> observation ids -> model turn ...
+
+        Produces the trajectory's segments, reward and status in place. Waits on the engine (a
+        turn) and on the env (a step); ends when the env terminates or truncates, or when the
+        turn or context budget is spent. Expected failures leave as _TrajectoryFailed, a stale
+        trajectory as _Stale; the caller's deadline cancels it."""
         max_turns = self.cfg.max_turns or env.max_turns
         if len(traj.prompt_ids) >= self.cfg.max_context_tokens:
             # Nothing to generate and nothing to score: counted, never trained on (no reward).
@@ -349,7 +357,12 @@ class RolloutManager:
             traj.append_env(obs_ids)
 
     async def _model_turn(self, traj: Trajectory, stats: _Stats) -> tuple[list[int], str]:
-        """Generate one model turn; an aborted generation resumes after the weight update."""
+        """Generate one model turn, returning its ids and finish reason.
+
+        Waits on the gate (closed by update_weights, reopened when it finishes) and on
+        engine.generate (unblocked by the answer, or by an abort from a pause). An aborted
+        generation keeps its tokens and continues, after the update, from prompt + tokens so far
+        with the rest of the turn's budget."""
         first_segment = len(traj.segments)
         produced = 0
         unexplained_aborts = 0
