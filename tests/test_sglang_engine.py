@@ -417,3 +417,60 @@ async def test_router_url_routes_generate_and_fans_control_out_to_workers(
     finally:
         await eng.update_weights(tiny_path, 0)
         await eng.close()
+
+
+# --- weight sync end to end ------------------------------------------------------------------
+
+
+async def _trajectories(eng, prompts, version_tag: str):
+    from gspo_agents.trajectory import Trajectory
+
+    trajs = []
+    for i, prompt in enumerate(prompts):
+        traj = Trajectory(prompt_ids=prompt)
+        gen = await eng.generate(prompt, SamplingParams(max_new_tokens=8), f"{version_tag}{i}")
+        traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version)
+        traj.close_turn()
+        trajs.append(traj)
+    return trajs
+
+
+@pytest.mark.slow
+async def test_learner_export_then_update_weights_from_disk_end_to_end(engine, tiny_path, tmp_path):
+    """Learner step → export_hf → update_weights_from_disk over HTTP → the server's log-probs
+    equal the updated learner's log-probs (fp32, 1e-4)."""
+    from gspo_agents.learner import Learner, LearnerConfig
+    from gspo_agents.trajectory import flatten
+
+    prompts = [[1, 40 + i, 50 + i] for i in range(4)]
+    learner = Learner(tiny_path, LearnerConfig(algorithm="grpo", lr=1e-2, num_minibatches=1))
+    try:
+        before = await _trajectories(engine, prompts, "b")
+        batch = flatten(before, [1.0, -1.0, 1.0, -1.0], learner.pad_token_id)
+        learner.update(batch)
+        out = learner.export_hf(str(tmp_path / "v1"))
+        await engine.pause()
+        await engine.update_weights(out, 1)
+        await engine.resume()
+        after = await _trajectories(engine, prompts, "a")
+        assert all(t.versions == [1] * t.num_model_tokens for t in after)
+        new_batch = flatten(after, [0.0] * len(after), learner.pad_token_id)
+        learner_BT = learner.compute_logprobs(new_batch)
+    finally:
+        learner.close()
+        await engine.update_weights(tiny_path, 0)
+    mask = new_batch.loss_mask_BT.bool()
+    gap = (learner_BT[mask] - new_batch.old_logprobs_BT[mask]).abs().max().item()
+    assert gap < TOL, gap
+    moved = (learner_BT[mask] - old_policy_logprobs(tiny_path, after)[mask]).abs().max().item()
+    assert moved > 1e-3  # the update really changed the policy the server samples from
+
+
+def old_policy_logprobs(path, trajs):
+    from gspo_agents.trajectory import flatten
+
+    model = load_model(path)
+    batch = flatten(trajs, [0.0] * len(trajs), 0)
+    with torch.no_grad():
+        logits = model(batch.input_ids_BT, attention_mask=batch.attention_mask_BT).logits
+    return token_logprobs(logits, batch.input_ids_BT)
