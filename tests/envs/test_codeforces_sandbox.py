@@ -266,6 +266,8 @@ async def test_sync_close_inside_the_loop_removes_the_env_owned_sandbox():
         raise
     assert reward == 1.0
     env.close()  # what the rollout manager calls, from inside its event loop
+    # close() scheduled the sandbox's aclose on this loop; let it finish before the loop ends.
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not asyncio.current_task()))
     for _ in range(200):
         if not (await _docker("ps", "-q", "--filter", f"label={LABEL}={owner_id()}")).split():
             break
