@@ -140,6 +140,8 @@ class CodeforcesEnv(TextEnv):
             "test_verdicts": [t.verdict.value for t in result.tests],
             "message": _summary(result, len(problem.samples)),
         }
+        if result.verdict is Verdict.CE:
+            info["compile_output"] = _clip(result.compile_output)
         if solved or last_turn:
             return [], reward, True, False, info
         return [_feedback(problem, result)], reward, False, False, info

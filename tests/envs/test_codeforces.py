@@ -327,3 +327,13 @@ def test_generated_checker_wrapper_follows_both_contracts(tmp_path: Path):
 
 def test_astep_is_a_coroutine_function():
     assert asyncio.iscoroutinefunction(CodeforcesEnv.astep)
+
+
+def test_registered_as_gspo_codeforces_v0():
+    import gymnasium as gym
+
+    import envs
+
+    env = envs.make("codeforces", max_turns=2, reward_mode="fraction")
+    assert isinstance(env, CodeforcesEnv) and env.max_turns == 2 and env.reward_mode == "fraction"
+    assert isinstance(gym.make("gspo/Codeforces-v0").unwrapped, CodeforcesEnv)

@@ -164,6 +164,7 @@ async def test_multi_turn_compile_error_feedback_and_final_turn_reward_from_hidd
     env = _env(sb, "a_plus_b", max_turns=2, reward_mode="fraction")
     obs, _, terminated, _, info = await env.astep(block("cpp", "int main() { return 0 }"))
     assert not terminated and info["verdict"] == "CE" and "Compilation error" in obs[0]["content"]
+    assert "error" in info["compile_output"] and info["compile_output"] in obs[0]["content"]
     obs, reward, terminated, _, info = await env.astep(block("python", "input()\nprint(3)"))
     assert obs == [] and terminated and reward == info["passed"] / info["total"] and 0 < reward < 1
 
