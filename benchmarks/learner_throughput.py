@@ -174,11 +174,7 @@ def worker_trl(args) -> None:
 
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    g = torch.Generator().manual_seed(0)
-    prompts = [
-        tok.decode(torch.randint(3, len(tok), (args.prompt_tokens,), generator=g).tolist())
-        for _ in range(64)
-    ]
+    prompts = exact_length_prompts(tok, args.prompt_tokens, count=64)
     steps_per_generation = args.num_minibatches
     per_step = args.batch_size // steps_per_generation
     cycles = 1 + args.repeats  # the first generation cycle is the warm-up
@@ -203,6 +199,7 @@ def worker_trl(args) -> None:
         learning_rate=1e-5,
         max_steps=cycles * steps_per_generation,
         dataloader_num_workers=0,
+        gradient_checkpointing=False,  # ours recomputes nothing either
         seed=0,
     )
 
@@ -244,15 +241,32 @@ def worker_trl(args) -> None:
         callbacks=[timer],
     )
     trainer.train()
-    per_cycle = [
-        sum(timer.steps[i : i + steps_per_generation])
-        for i in range(steps_per_generation, len(timer.steps), steps_per_generation)
+    n = steps_per_generation
+    per_cycle = [  # one cycle = one rollout batch = `n` optimizer steps; the first is warm-up
+        (sum(w for w, _ in timer.steps[i : i + n]), sum(c for _, c in timer.steps[i : i + n]))
+        for i in range(n, len(timer.steps), n)
     ]
-    emit(
-        _row(
-            f"TRL {trl.__version__} GRPOTrainer (seq-level)", 1, args, statistics.median(per_cycle)
-        )
-    )
+    name = f"TRL {trl.__version__} GRPOTrainer (seq-level)"
+    emit(_row(name, 1, args, *_medians(per_cycle)))
+
+
+def exact_length_prompts(tok, num_tokens: int, count: int) -> list[str]:
+    """Random texts that re-tokenize to exactly `num_tokens` ids, so TRL trains on our token count."""
+    g = torch.Generator().manual_seed(0)
+    prompts: list[str] = []
+    while len(prompts) < count:
+        ids = torch.randint(3, len(tok), (num_tokens,), generator=g).tolist()
+        for _ in range(20):  # decode/encode until the length is a fixed point
+            text = tok.decode(ids[:num_tokens], skip_special_tokens=True)
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            if len(ids) == num_tokens:
+                prompts.append(text)
+                break
+            if len(ids) < num_tokens:
+                ids = (
+                    ids + torch.randint(3, len(tok), (num_tokens - len(ids),), generator=g).tolist()
+                )
+    return prompts
 
 
 def _row(name: str, nproc: int, args, wall_s: float, cpu_s: float) -> dict:

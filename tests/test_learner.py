@@ -119,6 +119,17 @@ def test_micro_batch_size_does_not_change_the_update(dense_dir):
     _assert_same_weights(w1, w2, atol=1e-5)
 
 
+def test_activation_checkpointing_does_not_change_the_update(dense_dir):
+    results = []
+    for ac in (False, True):
+        learner = _learner(dense_dir, activation_checkpointing=ac)
+        batch = _on_policy(learner, seed=13)
+        results.append((learner.update(batch)["loss"], _weights(learner)))
+        learner.close()
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-5)
+    _assert_same_weights(results[0][1], results[1][1], atol=1e-6)
+
+
 def test_non_finite_loss_skips_the_step_and_leaves_weights_untouched(dense_dir):
     learner = _learner(dense_dir, num_minibatches=1)
     batch = _on_policy(learner, seed=4)

@@ -45,9 +45,11 @@ def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 def test_two_gloo_processes_train_like_one(dense_dir, tmp_path):
     # 10 rows in 4 minibatches (3, 3, 2, 2) with a one-row token budget: the ranks hold unequal
     # numbers of micro-batches, so the dummy micro-batches that keep FSDP in step are exercised.
+    # The sharded run also recomputes activations (activation checkpointing): same numbers.
     common = ["--model", dense_dir, "--steps", "3", "--micro-batch-tokens", "24"]
     _single_process(*common, "--out", str(tmp_path / "one"))
-    torchrun(SCRIPT, *common, "--out", str(tmp_path / "two"), nproc=2)
+    two = ["--out", str(tmp_path / "two"), "--activation-checkpointing"]
+    torchrun(SCRIPT, *common, *two, nproc=2)
     one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     assert [m["world_size"] for m in one + two] == [1] * 3 + [2] * 3
     for a, b in zip(one, two, strict=True):

@@ -41,6 +41,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--save-every", type=int, default=0)
     p.add_argument("--kill-after-step", type=int, default=-1)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--activation-checkpointing", action="store_true")
     return p.parse_args()
 
 
@@ -54,6 +55,7 @@ def main() -> None:
         num_minibatches=4,
         micro_batch_tokens=args.micro_batch_tokens,
         seed=args.seed,
+        activation_checkpointing=args.activation_checkpointing,
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
