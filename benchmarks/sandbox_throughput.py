@@ -5,7 +5,9 @@
 Workload: `--tests` tests of a correct A+B in Python and in C++, grouped into submissions of
 `--per-submission` tests (as an RL step judges many submissions of a few dozen tests each), with
 `--concurrency` submissions in flight. Every row compiles the C++ once per submission.
-  docker-run   the naive baseline: one `docker run --rm` per test (and per compile)
+  docker-run   the naive baseline: one `docker run --rm` per test (and per compile), one at a
+               time (`--baseline-concurrency`, default 1; the row "docker-run xN" repeats it
+               with N in flight, N = --concurrency, for reference)
   docker       our backend: warm container pool, one runner call per submission
   bubblewrap   our backend: one bwrap sandbox per submission
   namespaces   our backend: one unshare+chroot sandbox per submission
@@ -25,11 +27,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from sandbox import Program, Sandbox, SandboxError, TestCase, Verdict, image
+from sandbox import Program, Sandbox, SandboxError, TestCase, image
 
 PY_SRC = "a, b = map(int, input().split())\nprint(a + b)\n"
-CPP_SRC = ("#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;"
-           "std::cout<<a+b<<\"\\n\";}\n")
+CPP_SRC = '#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}\n'
 SOURCES = {"python": PY_SRC, "cpp": CPP_SRC}
 # The floor runs the interpreter directly (a pyenv shim would add a shell script per test).
 FLOOR_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -40,7 +41,7 @@ def make_tests(n: int) -> list[TestCase]:
 
 
 def chunks(tests: list[TestCase], size: int) -> list[list[TestCase]]:
-    return [tests[i:i + size] for i in range(0, len(tests), size)]
+    return [tests[i : i + size] for i in range(0, len(tests), size)]
 
 
 async def bounded(jobs: list[Callable[[], Awaitable[int]]], concurrency: int) -> int:
@@ -54,10 +55,14 @@ async def bounded(jobs: list[Callable[[], Awaitable[int]]], concurrency: int) ->
     return sum(await asyncio.gather(*(one(j) for j in jobs)))
 
 
-async def sh(*argv: str, stdin: str = "") -> tuple[int, str]:
+async def sh(*argv: str, stdin: str = "", cwd: Path | None = None) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL)
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        cwd=cwd,
+    )
     out, _ = await proc.communicate(stdin.encode())
     return proc.returncode or 0, out.decode()
 
@@ -70,9 +75,15 @@ async def via_sandbox(sb: Sandbox, lang: str, subs: list[list[TestCase]], conc: 
     return await bounded([lambda t=t: submit(t) for t in subs], conc)
 
 
-async def via_subprocess(lang: str, subs: list[list[TestCase]], conc: int,
-                         prefix: Callable[[Path], list[str]], workdir: Path) -> int:
+async def via_subprocess(
+    lang: str,
+    subs: list[list[TestCase]],
+    conc: int,
+    prefix: Callable[[Path], list[str]],
+    workdir: Path,
+) -> int:
     """One process per test (plain or `docker run`), compiling C++ once per submission."""
+
     async def submit(index: int, tests: list[TestCase]) -> int:
         sub = workdir / f"s{index}"
         sub.mkdir()
@@ -82,13 +93,15 @@ async def via_subprocess(lang: str, subs: list[list[TestCase]], conc: int,
             argv = [FLOOR_PYTHON if prefix is plain_prefix else "python3", "main.py"]
         else:
             (sub / "main.cpp").write_text(CPP_SRC)
-            code, _ = await sh(*prefix(sub), "g++", "-std=c++17", "-O2", "-o", "main", "main.cpp")
+            code, _ = await sh(
+                *prefix(sub), "g++", "-std=c++17", "-O2", "-o", "main", "main.cpp", cwd=sub
+            )
             if code:
                 return 0
             argv = ["./main"]
         passed = 0
         for test in tests:
-            code, out = await sh(*prefix(sub), *argv, stdin=test.stdin)
+            code, out = await sh(*prefix(sub), *argv, stdin=test.stdin, cwd=sub)
             passed += int(code == 0 and out.split() == (test.expected or "").split())
         return passed
 
@@ -96,13 +109,24 @@ async def via_subprocess(lang: str, subs: list[list[TestCase]], conc: int,
 
 
 def plain_prefix(sub: Path) -> list[str]:
-    return ["env", "-C", str(sub)]
+    return []
 
 
 def docker_run_prefix(tag: str) -> Callable[[Path], list[str]]:
     def prefix(sub: Path) -> list[str]:
-        return ["docker", "run", "--rm", "-i", "--network", "none", "-v", f"{sub}:/w",
-                "-w", "/w", tag]
+        return [
+            "docker",
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            "none",
+            "-v",
+            f"{sub}:/w",
+            "-w",
+            "/w",
+            tag,
+        ]
 
     return prefix
 
@@ -114,11 +138,13 @@ async def measure(name: str, lang: str, args: argparse.Namespace) -> tuple[float
     workdir = Path(tempfile.mkdtemp(prefix="sbbench-"))
     os.chmod(workdir, 0o755)
     try:
-        if name in ("unsandboxed", "docker-run"):
-            prefix = plain_prefix if name == "unsandboxed" else docker_run_prefix(
-                image.ensure_image())
+        if name in ("unsandboxed", "docker-run", "docker-run-xN"):
+            prefix = (
+                plain_prefix if name == "unsandboxed" else docker_run_prefix(image.ensure_image())
+            )
+            conc = args.baseline_concurrency if name == "docker-run" else args.concurrency
             start = time.perf_counter()
-            passed = await via_subprocess(lang, subs, args.concurrency, prefix, workdir)
+            passed = await via_subprocess(lang, subs, conc, prefix, workdir)
         else:
             try:
                 sb = Sandbox.create(name, max_concurrency=args.concurrency)  # type: ignore[arg-type]
@@ -141,7 +167,10 @@ async def main() -> None:
     parser.add_argument("--tests", type=int, default=200)
     parser.add_argument("--per-submission", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--rows", default="docker-run,docker,bubblewrap,namespaces,unsandboxed")
+    parser.add_argument("--baseline-concurrency", type=int, default=1)
+    parser.add_argument(
+        "--rows", default="docker-run,docker-run-xN,docker,bubblewrap,namespaces,unsandboxed"
+    )
     args = parser.parse_args()
     rows = args.rows.split(",")
     results: dict[tuple[str, str], tuple[float, int] | str] = {}
@@ -152,10 +181,16 @@ async def main() -> None:
     print_table(rows, results, args)
 
 
-def print_table(rows: list[str], results: dict[tuple[str, str], tuple[float, int] | str],
-                args: argparse.Namespace) -> None:
-    print(f"\n{args.tests} A+B tests, {args.per_submission} per submission, "
-          f"concurrency {args.concurrency}, {os.cpu_count()} CPUs\n")
+def print_table(
+    rows: list[str],
+    results: dict[tuple[str, str], tuple[float, int] | str],
+    args: argparse.Namespace,
+) -> None:
+    print(
+        f"\n{args.tests} A+B tests, {args.per_submission} per submission, concurrency "
+        f"{args.concurrency} (docker-run: {args.baseline_concurrency}), {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}\n"
+    )
     print("| backend | lang | tests/s | passed | x docker-run | x unsandboxed |")
     print("|---|---|---:|---:|---:|---:|")
     for name in rows:
@@ -167,8 +202,9 @@ def print_table(rows: list[str], results: dict[tuple[str, str], tuple[float, int
             base, floor = results.get(("docker-run", lang)), results.get(("unsandboxed", lang))
             vs_base = f"{r[0] / base[0]:.1f}" if isinstance(base, tuple) else "-"
             vs_floor = f"{r[0] / floor[0]:.2f}" if isinstance(floor, tuple) else "-"
-            print(f"| {name} | {lang} | {r[0]:.1f} | {r[1]}/{args.tests} | {vs_base} | "
-                  f"{vs_floor} |")
+            print(
+                f"| {name} | {lang} | {r[0]:.1f} | {r[1]}/{args.tests} | {vs_base} | {vs_floor} |"
+            )
 
 
 if __name__ == "__main__":

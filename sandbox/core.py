@@ -17,11 +17,18 @@ log = logging.getLogger("sandbox")
 BackendName = Literal["auto", "docker", "bubblewrap", "namespaces", "unsafe-local"]
 BACKENDS: tuple[str, ...] = ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local")
 AUTO_ORDER: tuple[str, ...] = ("docker", "bubblewrap", "namespaces")  # strongest first
-COMPILE_LIMITS = Limits(time_s=20.0, memory_mb=2048, output_bytes=1 << 20, processes=32,
-                        wall_time_s=60.0)
+COMPILE_LIMITS = Limits(
+    time_s=20.0, memory_mb=2048, output_bytes=1 << 20, processes=32, wall_time_s=60.0
+)
 CHECKER_LIMITS = Limits(time_s=10.0, memory_mb=1024, output_bytes=1 << 20, processes=16)
-_STATUS = {"ok": Verdict.OK, "tle": Verdict.TLE, "mle": Verdict.MLE, "re": Verdict.RE,
-           "ole": Verdict.OLE}
+DEFAULT_LIMITS, DEFAULT_JUDGE = Limits(), JudgeSpec()  # frozen, so safe to share
+_STATUS = {
+    "ok": Verdict.OK,
+    "tle": Verdict.TLE,
+    "mle": Verdict.MLE,
+    "re": Verdict.RE,
+    "ole": Verdict.OLE,
+}
 
 
 def build_backend(name: str, slots: int, options: dict[str, Any]) -> Backend:
@@ -58,8 +65,14 @@ class Sandbox:
         self._sem = asyncio.Semaphore(max_concurrency)
 
     @classmethod
-    def create(cls, backend: BackendName = "auto", *, max_concurrency: int = 4,
-               allow_unsafe_local: bool = False, **backend_options: Any) -> Sandbox:
+    def create(
+        cls,
+        backend: BackendName = "auto",
+        *,
+        max_concurrency: int = 4,
+        allow_unsafe_local: bool = False,
+        **backend_options: Any,
+    ) -> Sandbox:
         if backend not in BACKENDS:
             raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS}")
         if max_concurrency < 1:
@@ -68,11 +81,13 @@ class Sandbox:
             if not allow_unsafe_local:
                 raise SandboxUnavailable(
                     "backend='unsafe-local' runs generated code on the host WITHOUT ANY "
-                    "isolation; pass allow_unsafe_local=True if you really mean it")
-            log.warning("sandbox: UNSAFE-LOCAL backend selected: generated code runs on this "
-                        "host with NO isolation (allow_unsafe_local=True)")
-            return cls(build_backend(backend, max_concurrency, {}),
-                       max_concurrency=max_concurrency)
+                    "isolation; pass allow_unsafe_local=True if you really mean it"
+                )
+            log.warning(
+                "sandbox: UNSAFE-LOCAL backend selected: generated code runs on this "
+                "host with NO isolation (allow_unsafe_local=True)"
+            )
+            return cls(build_backend(backend, max_concurrency, {}), max_concurrency=max_concurrency)
         if backend != "auto":
             chosen = build_backend(backend, max_concurrency, backend_options)
             log.info("sandbox: using the %s backend (requested)", backend)
@@ -88,8 +103,15 @@ class Sandbox:
     async def aclose(self) -> None:
         await asyncio.shield(self._backend.aclose())
 
-    async def run(self, program: Program, tests: Sequence[TestCase], limits: Limits = Limits(),
-                  judge: JudgeSpec = JudgeSpec(), *, early_stop: bool = False) -> RunResult:
+    async def run(
+        self,
+        program: Program,
+        tests: Sequence[TestCase],
+        limits: Limits = DEFAULT_LIMITS,
+        judge: JudgeSpec = DEFAULT_JUDGE,
+        *,
+        early_stop: bool = False,
+    ) -> RunResult:
         """Compile once, run every test under `limits`, judge on the host."""
         tests = list(tests)
         if not tests:
@@ -111,28 +133,40 @@ class Sandbox:
         return result
 
     # ---- internals ----------------------------------------------------------------------
-    def _request(self, program: Program, tests: list[dict[str, Any]], limits: Limits,
-                 interactive: bool) -> dict[str, Any]:
-        return {"language": program.language, "source": program.source, "tests": tests,
-                "limits": self._limits(limits), "compile_limits": self._limits(COMPILE_LIMITS),
-                "interactive": interactive, "kill_all": self._backend.kill_all,
-                "scratch_parent": self._backend.scratch_parent,
-                "wipe_dirs": list(self._backend.wipe_dirs)}
+    def _request(
+        self, program: Program, tests: list[dict[str, Any]], limits: Limits, interactive: bool
+    ) -> dict[str, Any]:
+        return {
+            "language": program.language,
+            "source": program.source,
+            "tests": tests,
+            "limits": self._limits(limits),
+            "compile_limits": self._limits(COMPILE_LIMITS),
+            "interactive": interactive,
+            "kill_all": self._backend.kill_all,
+            "scratch_parent": self._backend.scratch_parent,
+            "wipe_dirs": list(self._backend.wipe_dirs),
+        }
 
     def _limits(self, limits: Limits) -> dict[str, Any]:
         margin = self._backend.nproc_margin
-        return {"time_s": limits.time_s, "memory_mb": limits.memory_mb,
-                "output_bytes": limits.output_bytes, "wall_time_s": limits.effective_wall_time_s,
-                "nproc": limits.processes + margin if margin else None,
-                "file_bytes": max(limits.output_bytes, 64 << 20)}
+        return {
+            "time_s": limits.time_s,
+            "memory_mb": limits.memory_mb,
+            "output_bytes": limits.output_bytes,
+            "wall_time_s": limits.effective_wall_time_s,
+            "nproc": limits.processes + margin if margin else None,
+            "file_bytes": max(limits.output_bytes, 64 << 20),
+        }
 
     def _system_error(self, tests: list[TestCase], message: str) -> RunResult:
         log.warning("sandbox %s: system error: %s", self.backend_name, message)
         failed = TestResult(Verdict.SE, 0.0, 0.0, "", "", None, message)
         return RunResult(Verdict.SE, tuple(failed for _ in tests), "", self.backend_name)
 
-    def _assemble(self, out: RunnerOutput, tests: list[TestCase], judge: JudgeSpec,
-                  early_stop: bool) -> RunResult:
+    def _assemble(
+        self, out: RunnerOutput, tests: list[TestCase], judge: JudgeSpec, early_stop: bool
+    ) -> RunResult:
         if not out.compile_ok:
             if out.finished:
                 return RunResult(Verdict.CE, (), out.compile_output, self.backend_name)
@@ -145,23 +179,35 @@ class Sandbox:
             return self._system_error(tests, _crash_message(self.backend_name, out))
         if early_stop:
             results = _truncate_after_failure(results)
-        return RunResult(_overall(results, len(tests)), tuple(results), out.compile_output,
-                         self.backend_name)
+        return RunResult(
+            _overall(results, len(tests)), tuple(results), out.compile_output, self.backend_name
+        )
 
-    async def _check(self, result: RunResult, tests: list[TestCase], judge: JudgeSpec,
-                     early_stop: bool) -> RunResult:
+    async def _check(
+        self, result: RunResult, tests: list[TestCase], judge: JudgeSpec, early_stop: bool
+    ) -> RunResult:
         """Run the checker program over every test the program survived (in its own sandbox)."""
         assert judge.checker is not None
         todo = [i for i, r in enumerate(result.tests) if r.verdict is Verdict.OK]
         if not todo:
             return result
-        files = [{"stdin": "", "argv": ["input.txt", "output.txt", "answer.txt"],
-                  "files": {"input.txt": tests[i].stdin, "output.txt": result.tests[i].stdout,
-                            "answer.txt": tests[i].expected or ""}} for i in todo]
+        files = [
+            {
+                "stdin": "",
+                "argv": ["input.txt", "output.txt", "answer.txt"],
+                "files": {
+                    "input.txt": tests[i].stdin,
+                    "output.txt": result.tests[i].stdout,
+                    "answer.txt": tests[i].expected or "",
+                },
+            }
+            for i in todo
+        ]
         request = self._request(judge.checker, files, CHECKER_LIMITS, False)
         try:
-            out = await self._backend.execute(request, lambda _: True,
-                                              _budget(CHECKER_LIMITS, len(todo)))
+            out = await self._backend.execute(
+                request, lambda _: True, _budget(CHECKER_LIMITS, len(todo))
+            )
         except BackendFailure as exc:
             return self._system_error(tests, f"checker: {exc}")
         if not out.compile_ok or not out.finished or len(out.tests) != len(todo):
@@ -172,8 +218,9 @@ class Sandbox:
             results[i] = _checker_verdict(results[i], event)
         if early_stop:
             results = _truncate_after_failure(results)
-        return RunResult(_overall(results, len(tests)), tuple(results), result.compile_output,
-                         self.backend_name)
+        return RunResult(
+            _overall(results, len(tests)), tuple(results), result.compile_output, self.backend_name
+        )
 
 
 def _pick_auto(slots: int, options: dict[str, Any]) -> Backend:
@@ -187,8 +234,9 @@ def _pick_auto(slots: int, options: dict[str, Any]) -> Backend:
         why = f" ({'; '.join(reasons)})" if reasons else ""
         log.info("sandbox: backend=auto picked %s, the strongest available%s", name, why)
         return backend
-    raise SandboxUnavailable("no sandbox backend can isolate on this machine:\n  "
-                             + "\n  ".join(reasons))
+    raise SandboxUnavailable(
+        "no sandbox backend can isolate on this machine:\n  " + "\n  ".join(reasons)
+    )
 
 
 def _budget(limits: Limits, n_tests: int) -> float:
@@ -197,9 +245,15 @@ def _budget(limits: Limits, n_tests: int) -> float:
 
 
 def _raw_result(event: dict[str, Any]) -> TestResult:
-    return TestResult(_STATUS[event["status"]], float(event["time_s"]),
-                      float(event["memory_mb"]), event["stdout"], event["stderr"],
-                      event["exit_code"], event["message"])
+    return TestResult(
+        _STATUS[event["status"]],
+        float(event["time_s"]),
+        float(event["memory_mb"]),
+        event["stdout"],
+        event["stderr"],
+        event["exit_code"],
+        event["message"],
+    )
 
 
 def _judge_event(event: dict[str, Any], test: TestCase, spec: JudgeSpec) -> TestResult:
@@ -209,23 +263,39 @@ def _judge_event(event: dict[str, Any], test: TestCase, spec: JudgeSpec) -> Test
     ok, message = judging.compare(raw.stdout, test.expected, spec)
     if ok:
         return raw
-    return TestResult(Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
-                      raw.exit_code, message)
+    return TestResult(
+        Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, message
+    )
 
 
 def _checker_verdict(raw: TestResult, event: dict[str, Any]) -> TestResult:
     status, code = event["status"], event["exit_code"]
     note = (event["stdout"] + event["stderr"]).strip()[-500:]
     if status == "ok":
-        return TestResult(Verdict.OK, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
-                          raw.exit_code, note)
+        return TestResult(
+            Verdict.OK, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, note
+        )
     if status == "re" and code is not None and code > 0 and code != 3:
-        return TestResult(Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
-                          raw.exit_code, note or f"checker exit code {code}")
+        return TestResult(
+            Verdict.WA,
+            raw.time_s,
+            raw.memory_mb,
+            raw.stdout,
+            raw.stderr,
+            raw.exit_code,
+            note or f"checker exit code {code}",
+        )
     # testlib's exit code 3 ("fail"), or the checker crashed / ran out of limits: not the
     # contestant's fault.
-    return TestResult(Verdict.SE, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr,
-                      raw.exit_code, f"checker failed ({event['message'] or code}): {note}")
+    return TestResult(
+        Verdict.SE,
+        raw.time_s,
+        raw.memory_mb,
+        raw.stdout,
+        raw.stderr,
+        raw.exit_code,
+        f"checker failed ({event['message'] or code}): {note}",
+    )
 
 
 def _truncate_after_failure(results: list[TestResult]) -> list[TestResult]:

@@ -149,8 +149,14 @@ def _debootstrap(dest: Path) -> None:
 
 def _post_process(root: Path) -> None:
     # Nothing in the sandbox needs apt, docs or caches; smaller trees import faster.
-    for rel in ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
-                "usr/share/locale", "usr/share/info"):
+    for rel in (
+        "var/cache/apt",
+        "var/lib/apt/lists",
+        "usr/share/doc",
+        "usr/share/man",
+        "usr/share/locale",
+        "usr/share/info",
+    ):
         shutil.rmtree(root / rel, ignore_errors=True)
     root.chmod(0o755)  # mkdtemp made it 0700; unprivileged sandbox users must traverse it
     (root / "tmp").chmod(0o1777)
@@ -173,8 +179,10 @@ def ensure_image(tag: str | None = None, *, host: str | None = None) -> str:
     if docker_image_present(tag, host):
         return tag
     if tag != image_tag():
-        raise SandboxUnavailable(f"docker image {tag!r} is not present on "
-                                 f"{host or 'the local engine'}; build or pull it first")
+        raise SandboxUnavailable(
+            f"docker image {tag!r} is not present on "
+            f"{host or 'the local engine'}; build or pull it first"
+        )
     root = ensure_rootfs()
     with _build_lock():
         if docker_image_present(tag, host):  # another process imported it meanwhile
@@ -186,12 +194,25 @@ def ensure_image(tag: str | None = None, *, host: str | None = None) -> str:
 def _import(root: Path, tag: str, host: str | None) -> None:
     log.info("importing %s into docker as %s", root, tag)
     cli = ["docker", "-H", host] if host else ["docker"]
-    tar = subprocess.Popen(["tar", "-C", str(root), "--exclude=./.gspo-complete", "-c", "."],
-                           stdout=subprocess.PIPE)
+    tar = subprocess.Popen(
+        ["tar", "-C", str(root), "--exclude=./.gspo-complete", "-c", "."], stdout=subprocess.PIPE
+    )
     imp = subprocess.run(
-        [*cli, "import", "--change", "USER 65534:65534", "--change", "WORKDIR /tmp",
-         "--change", 'CMD ["sleep", "infinity"]', "-", tag],
-        stdin=tar.stdout, capture_output=True, text=True,
+        [
+            *cli,
+            "import",
+            "--change",
+            "USER 65534:65534",
+            "--change",
+            "WORKDIR /tmp",
+            "--change",
+            'CMD ["sleep", "infinity"]',
+            "-",
+            tag,
+        ],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
     )
     tar.wait()
     if imp.returncode != 0 or tar.returncode != 0:

@@ -94,10 +94,18 @@ def spawn(argv, stdin_path, cwd, lim):
             os.closerange(3, 1 << 16)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             apply_limits(lim)
-            os.execvpe(argv[0], argv, {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": cwd,
-                                       "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
+            os.execvpe(
+                argv[0],
+                argv,
+                {
+                    "PATH": "/usr/local/bin:/usr/bin:/bin",
+                    "HOME": cwd,
+                    "LANG": "C.UTF-8",
+                    "PYTHONDONTWRITEBYTECODE": "1",
+                },
+            )
         except BaseException as exc:  # noqa: BLE001 - report anything, then die
-            os.write(2, ("runner: exec failed: %r\n" % (exc,)).encode())
+            os.write(2, (f"runner: exec failed: {exc!r}\n").encode())
         os._exit(127)
     os.close(out_w)
     os.close(err_w)
@@ -128,7 +136,7 @@ def kill_everything(pid, kill_all):
 
 def cpu_seconds(pid):
     try:
-        with open("/proc/%d/stat" % pid) as fh:
+        with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return 0.0
@@ -199,26 +207,33 @@ def run_one(argv, stdin_path, cwd, lim, kill_all):
     code = os.waitstatus_to_exitcode(status)
     stderr = err.decode("utf-8", "replace")
     status_name, message = classify(reason, code, cpu, mem_mb, stderr, lim)
-    return {"status": status_name, "exit_code": code if not reason else None, "time_s": cpu,
-            "memory_mb": mem_mb, "stdout": out.decode("utf-8", "replace"), "stderr": stderr,
-            "message": message}
+    return {
+        "status": status_name,
+        "exit_code": code if not reason else None,
+        "time_s": cpu,
+        "memory_mb": mem_mb,
+        "stdout": out.decode("utf-8", "replace"),
+        "stderr": stderr,
+        "message": message,
+    }
 
 
 def classify(reason, code, cpu, mem_mb, stderr, lim):
     if reason == "output":
-        return "ole", "stdout exceeded %d bytes" % lim["output_bytes"]
+        return "ole", f"stdout exceeded {lim['output_bytes']} bytes"
     if reason in ("wall", "cpu") or cpu > lim["time_s"] or code == -signal.SIGXCPU:
         why = "wall time" if reason == "wall" else "CPU time"
-        return "tle", "%s limit exceeded (cpu %.2fs)" % (why, cpu)
-    memory_hit = mem_mb >= 0.95 * lim["memory_mb"] or "MemoryError" in stderr \
-        or "bad_alloc" in stderr
+        return "tle", f"{why} limit exceeded (cpu {cpu:.2f}s)"
+    memory_hit = (
+        mem_mb >= 0.95 * lim["memory_mb"] or "MemoryError" in stderr or "bad_alloc" in stderr
+    )
     if code != 0 and memory_hit:
-        return "mle", "memory limit of %d MB exceeded" % lim["memory_mb"]
+        return "mle", f"memory limit of {lim['memory_mb']} MB exceeded"
     if code == -signal.SIGXFSZ:
         return "ole", "file size limit exceeded"
     if code != 0:
-        sig = " (signal %s)" % signal.Signals(-code).name if code < 0 else ""
-        return "re", "exit code %d%s" % (code, sig)
+        sig = f" (signal {signal.Signals(-code).name})" if code < 0 else ""
+        return "re", f"exit code {code}{sig}"
     return "ok", ""
 
 
@@ -272,14 +287,14 @@ def check_python_syntax(source, clim):
     _, status = os.waitpid(pid, 0)
     message = b"".join(chunks).decode("utf-8", "replace")
     if status != 0 and not message:
-        message = "compiler: syntax check died (%s)" % os.waitstatus_to_exitcode(status)
+        message = f"compiler: syntax check died ({os.waitstatus_to_exitcode(status)})"
     return status == 0, message
 
 
 def run_tests(req, scratch, run_argv):
     kill_all = req["kill_all"]
     for index, test in enumerate(req["tests"]):
-        cwd = os.path.join(scratch, "t%d" % index)
+        cwd = os.path.join(scratch, f"t{index}")
         os.mkdir(cwd)
         for name, content in (test.get("files") or {}).items():
             with open(os.path.join(cwd, os.path.basename(name)), "w", encoding="utf-8") as fh:
@@ -287,8 +302,9 @@ def run_tests(req, scratch, run_argv):
         stdin_path = os.path.join(cwd, ".stdin")
         with open(stdin_path, "w", encoding="utf-8") as fh:
             fh.write(test.get("stdin", ""))
-        result = run_one(run_argv + list(test.get("argv") or []), stdin_path, cwd,
-                         req["limits"], kill_all)
+        result = run_one(
+            run_argv + list(test.get("argv") or []), stdin_path, cwd, req["limits"], kill_all
+        )
         shutil.rmtree(cwd, ignore_errors=True)
         emit(dict(result, event="test", index=index))
         if req.get("interactive") and sys.stdin.readline().strip() != "next":
@@ -320,7 +336,7 @@ def main():
         try:
             handle(json.loads(line))
         except Exception as exc:  # noqa: BLE001 - the host reports it as a system error
-            emit({"event": "error", "message": "runner: %r" % (exc,)})
+            emit({"event": "error", "message": f"runner: {exc!r}"})
         emit({"event": "done"})
         if not serve:
             return

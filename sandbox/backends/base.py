@@ -43,8 +43,9 @@ def allocate_uids(count: int) -> list[int]:
     return [base + i for i in range(count)]
 
 
-async def drive(proc: asyncio.subprocess.Process, request: dict[str, Any], decide: Decide
-                ) -> RunnerOutput:
+async def drive(
+    proc: asyncio.subprocess.Process, request: dict[str, Any], decide: Decide
+) -> RunnerOutput:
     """Send the request, collect events, answer next/stop when interactive; never raises on EOF."""
     out = RunnerOutput()
     assert proc.stdin is not None and proc.stdout is not None
@@ -90,7 +91,8 @@ async def stop_process(proc: asyncio.subprocess.Process) -> str:
     err = b""
     with contextlib.suppress(Exception):
         _, err = await asyncio.wait_for(
-            asyncio.gather(_drain(proc.stdout), _drain(proc.stderr)), timeout=5)
+            asyncio.gather(_drain(proc.stdout), _drain(proc.stderr)), timeout=5
+        )
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(proc.wait(), timeout=10)
     return err.decode("utf-8", "replace")[-2000:]
@@ -128,8 +130,9 @@ class Backend(ABC):
             self._free.put_nowait(index)
 
     @abstractmethod
-    async def execute(self, request: dict[str, Any], decide: Decide, timeout_s: float
-                      ) -> RunnerOutput:
+    async def execute(
+        self, request: dict[str, Any], decide: Decide, timeout_s: float
+    ) -> RunnerOutput:
         """Run the runner on `request`; raise BackendFailure when the sandbox itself fails."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
@@ -146,13 +149,18 @@ class ProcessBackend(Backend):
     def env(self) -> dict[str, str]:
         return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
-    async def execute(self, request: dict[str, Any], decide: Decide, timeout_s: float
-                      ) -> RunnerOutput:
+    async def execute(
+        self, request: dict[str, Any], decide: Decide, timeout_s: float
+    ) -> RunnerOutput:
         async with self.slot() as index:
             proc = await asyncio.create_subprocess_exec(
-                *self.argv(index), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                limit=STREAM_LIMIT, env=self.env(), start_new_session=True,
+                *self.argv(index),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=STREAM_LIMIT,
+                env=self.env(),
+                start_new_session=True,
             )
             try:
                 out = await asyncio.wait_for(drive(proc, request, decide), timeout_s)

@@ -29,30 +29,65 @@ class BubblewrapBackend(ProcessBackend):
 
     def check(self) -> None:
         if not self.bwrap:
-            raise SandboxUnavailable("bubblewrap backend: `bwrap` not found; apt-get install "
-                                     "bubblewrap")
+            raise SandboxUnavailable(
+                "bubblewrap backend: `bwrap` not found; apt-get install bubblewrap"
+            )
         if not os.path.isdir(self.rootfs):
-            raise SandboxUnavailable(f"bubblewrap backend: rootfs {self.rootfs} is missing; build "
-                                     "it with `python -m sandbox doctor` (root, debootstrap)")
-        probe = subprocess.run([*self._prefix(self.uids[0]), "/bin/true"],
-                               capture_output=True, text=True, timeout=30)
+            raise SandboxUnavailable(
+                f"bubblewrap backend: rootfs {self.rootfs} is missing; build "
+                "it with `python -m sandbox doctor` (root, debootstrap)"
+            )
+        probe = subprocess.run(
+            [*self._prefix(self.uids[0]), "/bin/true"], capture_output=True, text=True, timeout=30
+        )
         if probe.returncode != 0:
             raise SandboxUnavailable(
                 "bubblewrap backend: bwrap cannot create namespaces here "
                 f"({probe.stderr.strip()}); enable unprivileged user namespaces "
-                "(sysctl user.max_user_namespaces>0, kernel.unprivileged_userns_clone=1)")
+                "(sysctl user.max_user_namespaces>0, kernel.unprivileged_userns_clone=1)"
+            )
 
     def _prefix(self, uid: int) -> list[str]:
         drop = []
         if os.geteuid() == 0:  # never run the sandbox as host root: become the slot's uid first
             drop = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
         return [
-            *drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-            "--new-session", "--as-pid-1", "--ro-bind", self.rootfs, "/", "--proc", "/proc",
-            "--dev", "/dev", "--size", str(self.tmpfs_mb << 20), "--tmpfs", "/tmp",
-            "--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-            "--hostname", "sandbox", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
-            "--setenv", "LANG", "C.UTF-8", "--chdir", "/tmp",
+            *drop,
+            self.bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--ro-bind",
+            self.rootfs,
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            str(self.tmpfs_mb << 20),
+            "--tmpfs",
+            "/tmp",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_UID),
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--chdir",
+            "/tmp",
         ]
 
     def argv(self, slot: int) -> list[str]:

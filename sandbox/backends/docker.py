@@ -62,14 +62,26 @@ class DockerBackend(Backend):
     nproc_margin = 2  # the runner (pid 1) shares the container's uid
     wipe_dirs = ("/tmp", "/dev/shm")  # a warm container's writable places outlive each run
 
-    def __init__(self, slots: int, *, image_tag: str | None = None,
-                 hosts: Sequence[str] | None = None, memory_mb: int = 2048, cpus: float = 1.0,
-                 pids_limit: int = 128, tmpfs_mb: int = 256) -> None:
+    def __init__(
+        self,
+        slots: int,
+        *,
+        image_tag: str | None = None,
+        hosts: Sequence[str] | None = None,
+        memory_mb: int = 2048,
+        cpus: float = 1.0,
+        pids_limit: int = 128,
+        tmpfs_mb: int = 256,
+    ) -> None:
         super().__init__(slots)
         self.image = image_tag or image.image_tag()
         self.hosts: list[str | None] = list(hosts) if hosts else [None]
         self.memory_mb, self.cpus, self.pids_limit, self.tmpfs_mb = (
-            memory_mb, cpus, pids_limit, tmpfs_mb)
+            memory_mb,
+            cpus,
+            pids_limit,
+            tmpfs_mb,
+        )
         self.docker = shutil.which("docker") or ""
         self.owner = owner_id()
         self._idle: asyncio.Queue[Container] | None = None
@@ -84,16 +96,22 @@ class DockerBackend(Backend):
     def check(self) -> None:
         """Raise SandboxUnavailable unless every host answers and has (or gets) the image."""
         if not self.docker:
-            raise SandboxUnavailable("docker backend: the `docker` CLI is not installed "
-                                     "(apt-get install docker.io)")
+            raise SandboxUnavailable(
+                "docker backend: the `docker` CLI is not installed (apt-get install docker.io)"
+            )
         for host in self.hosts:
-            probe = subprocess.run([*self._cli(host), "version", "--format", "{{.Server.Version}}"],
-                                   capture_output=True, text=True, timeout=20)
+            probe = subprocess.run(
+                [*self._cli(host), "version", "--format", "{{.Server.Version}}"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             if probe.returncode != 0:
                 raise SandboxUnavailable(
                     f"docker backend: no Docker engine at {host or 'the default socket'} "
                     f"({probe.stderr.strip()[:300]}); start dockerd (e.g. `dockerd &`) or set "
-                    "DOCKER_HOST")
+                    "DOCKER_HOST"
+                )
             image.ensure_image(self.image, host=host)
         self.reap_stale()
 
@@ -102,9 +120,19 @@ class DockerBackend(Backend):
         me = socket.gethostname()
         for host in self.hosts:
             listing = subprocess.run(
-                [*self._cli(host), "ps", "-a", "--filter", f"label={LABEL}",
-                 "--format", f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}'],
-                capture_output=True, text=True, timeout=30)
+                [
+                    *self._cli(host),
+                    "ps",
+                    "-a",
+                    "--filter",
+                    f"label={LABEL}",
+                    "--format",
+                    f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}',
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             stale = []
             for row in listing.stdout.splitlines():
                 cid, _, owner = row.partition(" ")
@@ -113,20 +141,53 @@ class DockerBackend(Backend):
                     stale.append(cid)
             if stale:
                 log.info("removing %d stale sandbox containers", len(stale))
-                subprocess.run([*self._cli(host), "rm", "-f", *stale], capture_output=True,
-                               timeout=60)
+                subprocess.run(
+                    [*self._cli(host), "rm", "-f", *stale], capture_output=True, timeout=60
+                )
 
     # ---- pool --------------------------------------------------------------------------
     def _run_argv(self, name: str, uid: int) -> list[str]:
         return [
-            "run", "-i", "--rm", "--name", name, "--label", f"{LABEL}={self.owner}",
-            "--network", "none", "--read-only",
-            "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777",
-            "--pids-limit", str(self.pids_limit), "--memory", f"{self.memory_mb}m",
-            "--memory-swap", f"{self.memory_mb}m", "--cpus", str(self.cpus),
-            "--user", f"{uid}:{uid}", "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
-            "--ipc", "private", "--hostname", "sandbox", "--workdir", "/tmp",
-            "--log-driver", "none", self.image, "python3", "-S", "-c", RUNNER_SOURCE, "--serve",
+            "run",
+            "-i",
+            "--rm",
+            "--name",
+            name,
+            "--label",
+            f"{LABEL}={self.owner}",
+            "--network",
+            "none",
+            "--read-only",
+            "--tmpfs",
+            f"/tmp:rw,exec,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777",
+            "--pids-limit",
+            str(self.pids_limit),
+            "--memory",
+            f"{self.memory_mb}m",
+            "--memory-swap",
+            f"{self.memory_mb}m",
+            "--cpus",
+            str(self.cpus),
+            "--user",
+            f"{uid}:{uid}",
+            "--security-opt",
+            "no-new-privileges",
+            "--cap-drop",
+            "ALL",
+            "--ipc",
+            "private",
+            "--hostname",
+            "sandbox",
+            "--workdir",
+            "/tmp",
+            "--log-driver",
+            "none",
+            self.image,
+            "python3",
+            "-S",
+            "-c",
+            RUNNER_SOURCE,
+            "--serve",
         ]
 
     async def _start_container(self, uid: int) -> Container:
@@ -135,9 +196,14 @@ class DockerBackend(Backend):
         self._next_host += 1
         name = f"gspo-sb-{os.getpid()}-{secrets.token_hex(4)}"
         proc = await asyncio.create_subprocess_exec(
-            *self._cli(host), *self._run_argv(name, uid), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            limit=STREAM_LIMIT, start_new_session=True)
+            *self._cli(host),
+            *self._run_argv(name, uid),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=STREAM_LIMIT,
+            start_new_session=True,
+        )
         container = Container(name=name, host=host, uid=uid, proc=proc)
         self._live[name] = container
         return container
@@ -147,8 +213,9 @@ class DockerBackend(Backend):
         await _run([*self._cli(container.host), "rm", "-f", container.name])
         container.stderr_tail = await stop_process(container.proc)
 
-    async def execute(self, request: dict[str, Any], decide: Decide, timeout_s: float
-                      ) -> RunnerOutput:
+    async def execute(
+        self, request: dict[str, Any], decide: Decide, timeout_s: float
+    ) -> RunnerOutput:
         async with self.slot() as index:
             if self._idle is None:
                 self._idle = asyncio.Queue()
@@ -159,8 +226,7 @@ class DockerBackend(Backend):
             healthy, out = False, RunnerOutput()
             try:
                 try:
-                    out = await asyncio.wait_for(drive(container.proc, request, decide),
-                                                 timeout_s)
+                    out = await asyncio.wait_for(drive(container.proc, request, decide), timeout_s)
                 except asyncio.TimeoutError as exc:
                     raise BackendFailure(f"docker: runner exceeded {timeout_s:.0f}s") from exc
                 healthy = out.finished
@@ -179,8 +245,11 @@ class DockerBackend(Backend):
 
     def _remove_sync(self) -> None:
         for container in list(self._live.values()):
-            subprocess.run([*self._cli(container.host), "rm", "-f", container.name],
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [*self._cli(container.host), "rm", "-f", container.name],
+                capture_output=True,
+                timeout=60,
+            )
         self._live.clear()
 
 
@@ -196,6 +265,7 @@ def _pid_alive(pid: int) -> bool:
 
 async def _run(argv: list[str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await proc.communicate()
     return proc.returncode or 0, out.decode(), err.decode()

@@ -51,24 +51,46 @@ class NamespacesBackend(ProcessBackend):
 
     def check(self) -> None:
         if os.geteuid() != 0:
-            raise SandboxUnavailable("namespaces backend: needs root (it mounts a private root and "
-                                     "then drops privileges); use backend='bubblewrap' instead")
+            raise SandboxUnavailable(
+                "namespaces backend: needs root (it mounts a private root and "
+                "then drops privileges); use backend='bubblewrap' instead"
+            )
         if not self.unshare:
             raise SandboxUnavailable("namespaces backend: util-linux `unshare` not found")
         if not os.path.isdir(self.rootfs):
-            raise SandboxUnavailable(f"namespaces backend: rootfs {self.rootfs} is missing; build "
-                                     "it with `python -m sandbox doctor` (root, debootstrap)")
-        probe = subprocess.run([*self._prefix(self.uids[0]), "/bin/true"],
-                               capture_output=True, text=True, timeout=30)
+            raise SandboxUnavailable(
+                f"namespaces backend: rootfs {self.rootfs} is missing; build "
+                "it with `python -m sandbox doctor` (root, debootstrap)"
+            )
+        probe = subprocess.run(
+            [*self._prefix(self.uids[0]), "/bin/true"], capture_output=True, text=True, timeout=30
+        )
         if probe.returncode != 0:
-            raise SandboxUnavailable("namespaces backend: unshare failed here: "
-                                     + probe.stderr.strip()[-500:])
+            raise SandboxUnavailable(
+                "namespaces backend: unshare failed here: " + probe.stderr.strip()[-500:]
+            )
 
     def _prefix(self, uid: int) -> list[str]:
         return [
-            self.unshare, "--pid", "--fork", "--kill-child", "--net", "--mount", "--ipc",
-            "--uts", "--cgroup", "--propagation", "private", "--", "/bin/sh", "-c", SETUP,
-            "sandbox-setup", self.rootfs, str(uid), f"{self.tmpfs_mb}m",
+            self.unshare,
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--net",
+            "--mount",
+            "--ipc",
+            "--uts",
+            "--cgroup",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            SETUP,
+            "sandbox-setup",
+            self.rootfs,
+            str(uid),
+            f"{self.tmpfs_mb}m",
         ]
 
     def argv(self, slot: int) -> list[str]:

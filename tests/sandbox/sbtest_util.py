@@ -50,6 +50,9 @@ def processes_of_uids(uids: set[int]) -> list[str]:
 
 
 def labelled_containers(owner: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=gspo-sandbox.owner={owner}"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=gspo-sandbox.owner={owner}"],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split()

@@ -52,8 +52,9 @@ async def test_fork_bomb_is_contained(sandbox: Sandbox) -> None:
 
 async def test_fork_bomb_in_cpp_is_contained(sandbox: Sandbox) -> None:
     source = "#include <unistd.h>\nint main(){ while (true) fork(); }"
-    result = await sandbox.run(Program("cpp", source), [TestCase("")],
-                               Limits(time_s=1, processes=8, wall_time_s=3))
+    result = await sandbox.run(
+        Program("cpp", source), [TestCase("")], Limits(time_s=1, processes=8, wall_time_s=3)
+    )
     assert result.verdict in (Verdict.RE, Verdict.TLE), result
 
 
@@ -66,8 +67,10 @@ async def test_memory_bomb_is_mle(sandbox: Sandbox) -> None:
 
 
 async def test_cpp_memory_bomb_is_mle(sandbox: Sandbox) -> None:
-    source = ("#include <vector>\n#include <cstdio>\nint main(){ std::vector<std::vector<char>> v;"
-              " while (true) v.emplace_back(1 << 24, 'x'); }")
+    source = (
+        "#include <vector>\n#include <cstdio>\nint main(){ std::vector<std::vector<char>> v;"
+        " while (true) v.emplace_back(1 << 24, 'x'); }"
+    )
     result = await sandbox.run(Program("cpp", source), [TestCase("")], Limits(memory_mb=128))
     assert result.verdict in (Verdict.MLE, Verdict.RE), result
 
@@ -166,8 +169,7 @@ print(json.dumps(report))
 async def test_host_files_invisible_and_writes_confined(sandbox: Sandbox, tmp_path: Path) -> None:
     canary = tmp_path / "canary.txt"
     canary.write_text("HOST-CANARY")
-    targets = [str(canary), str(PROJECT_ROOT / "pyproject.toml"), "/root/.bashrc",
-               "/etc/shadow"]
+    targets = [str(canary), str(PROJECT_ROOT / "pyproject.toml"), "/root/.bashrc", "/etc/shadow"]
     limits = Limits(time_s=5, memory_mb=256)
     result = await sandbox.run(py(FS_PROBE), [TestCase(" ".join(targets))], limits)
     assert result.verdict is Verdict.OK, result
@@ -181,16 +183,19 @@ async def test_host_files_invisible_and_writes_confined(sandbox: Sandbox, tmp_pa
 
 
 # 7. environment -------------------------------------------------------------------------------
-async def test_host_environment_invisible(backend_name: str,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_host_environment_invisible(
+    backend_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sbtest_util import make_sandbox
 
     secret = f"GSPO-SECRET-{uuid.uuid4()}"
     monkeypatch.setenv("GSPO_CANARY_SECRET", secret)
-    source = ("import os\nprint(dict(os.environ))\n"
-              "for p in os.listdir('/proc'):\n"
-              "    try: print(open(f'/proc/{p}/environ').read())\n"
-              "    except Exception: pass\n")
+    source = (
+        "import os\nprint(dict(os.environ))\n"
+        "for p in os.listdir('/proc'):\n"
+        "    try: print(open(f'/proc/{p}/environ').read())\n"
+        "    except Exception: pass\n"
+    )
     async with make_sandbox(backend_name) as sb:
         result = await sb.run(py(source), [TestCase("")])
     assert result.verdict is Verdict.OK, result
@@ -199,10 +204,10 @@ async def test_host_environment_invisible(backend_name: str,
 
 
 # 8. signals ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("target", ["os.kill(1, 9)", "os.kill(-1, 9)",
-                                    "os.kill(os.getppid(), 9)"])
+@pytest.mark.parametrize("target", ["os.kill(1, 9)", "os.kill(-1, 9)", "os.kill(os.getppid(), 9)"])
 async def test_signals_from_inside_harm_nothing_outside(
-        sandbox: Sandbox, target: str, host_canary_process: object) -> None:
+    sandbox: Sandbox, target: str, host_canary_process: object
+) -> None:
     source = f"import os, time\n{target}\ntime.sleep(0.2)\nprint('alive')\n"
     result = await sandbox.run(py(source), [TestCase("")])
     # The runner is pid 1 (bubblewrap, namespaces) and immune; in docker the program may kill
@@ -279,8 +284,10 @@ async def test_warm_container_has_no_processes_between_runs() -> None:
 
     async with make_sandbox("docker") as sb:
         await sb.run(py(DAEMON), [TestCase("")])
-        probe = ("import os\nprint(sorted(open(f'/proc/{p}/cmdline').read().split('\\0')[0]"
-                 " for p in os.listdir('/proc') if p.isdigit()))")
+        probe = (
+            "import os\nprint(sorted(open(f'/proc/{p}/cmdline').read().split('\\0')[0]"
+            " for p in os.listdir('/proc') if p.isdigit()))"
+        )
         result = await sb.run(py(probe), [TestCase("")])
     names = json.loads(result.tests[0].stdout.replace("'", '"'))
     # Only the runner (pid 1) and the probe itself: no daemon `sleep 1000` from the last run.
@@ -317,8 +324,13 @@ async def test_expected_output_never_visible(sandbox: Sandbox) -> None:
     # The program gets a different stdin (a prefix of the answer would be a give-away, so we
     # hand it the answer's hex alone and search for the full marker).
     marker = answer.split("-")[1]
-    result = await sandbox.run(py(LOOK_FOR_ANSWER.replace("needle = sys.stdin.read().strip()",
-                                                          f"needle = 'ANSWER-' + '{marker}'")),
-                               [TestCase("", expected=answer)])
+    result = await sandbox.run(
+        py(
+            LOOK_FOR_ANSWER.replace(
+                "needle = sys.stdin.read().strip()", f"needle = 'ANSWER-' + '{marker}'"
+            )
+        ),
+        [TestCase("", expected=answer)],
+    )
     assert result.verdict is Verdict.WA, result  # it cannot print what it cannot see
     assert result.tests[0].stdout.startswith("clean"), result.tests[0].stdout

@@ -21,18 +21,22 @@ from sandbox import (
 from sandbox.judge import compare
 
 A_PLUS_B_PY = Program("python", "a, b = map(int, input().split())\nprint(a + b)\n")
-A_PLUS_B_CPP = Program("cpp", "#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;"
-                              "std::cout<<a+b<<\"\\n\";}\n")
+A_PLUS_B_CPP = Program(
+    "cpp", '#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}\n'
+)
 
 
 # ---- pure comparison ----------------------------------------------------------------------
-@pytest.mark.parametrize(("got", "want", "ok"), [
-    ("1 2\n3\n", "1\n2 3", True),
-    ("1  2 3   ", "1 2 3\n\n", True),
-    ("1 2", "1 2 3", False),
-    ("12", "1 2", False),
-    ("", "", True),
-])
+@pytest.mark.parametrize(
+    ("got", "want", "ok"),
+    [
+        ("1 2\n3\n", "1\n2 3", True),
+        ("1  2 3   ", "1 2 3\n\n", True),
+        ("1 2", "1 2 3", False),
+        ("12", "1 2", False),
+        ("", "", True),
+    ],
+)
 def test_token_judge_ignores_whitespace_layout(got: str, want: str, ok: bool) -> None:
     assert compare(got, want, JudgeSpec())[0] is ok
 
@@ -58,10 +62,14 @@ def test_wrong_answer_message_points_at_the_difference() -> None:
     assert not ok and "token 3" in message
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"time_s": 0}, "time_s"), ({"memory_mb": -1}, "memory_mb"),
-    ({"wall_time_s": 0}, "wall_time_s"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"time_s": 0}, "time_s"),
+        ({"memory_mb": -1}, "memory_mb"),
+        ({"wall_time_s": 0}, "wall_time_s"),
+    ],
+)
 def test_bad_limits_name_the_field(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         Limits(**kwargs)  # type: ignore[arg-type]
@@ -165,12 +173,16 @@ async def test_memory_limit_is_respected_below_and_enforced_above(sb: Sandbox) -
 
 async def test_checker_program_judges_with_input_output_and_answer(sb: Sandbox) -> None:
     # Accept any pair of numbers summing to the input's target; the answer file holds one.
-    checker = Program("python", (
-        "import sys\n"
-        "target = int(open(sys.argv[1]).read())\n"
-        "got = list(map(int, open(sys.argv[2]).read().split()))\n"
-        "ans = list(map(int, open(sys.argv[3]).read().split()))\n"
-        "sys.exit(0 if len(got) == 2 and sum(got) == target == sum(ans) else 1)\n"))
+    checker = Program(
+        "python",
+        (
+            "import sys\n"
+            "target = int(open(sys.argv[1]).read())\n"
+            "got = list(map(int, open(sys.argv[2]).read().split()))\n"
+            "ans = list(map(int, open(sys.argv[3]).read().split()))\n"
+            "sys.exit(0 if len(got) == 2 and sum(got) == target == sum(ans) else 1)\n"
+        ),
+    )
     solver = Program("python", "n = int(input())\nprint(1, n - 1 if n != 7 else 0)")
     tests = [TestCase("10\n", "5 5"), TestCase("7\n", "3 4"), TestCase("3\n", "0 3")]
     result = await sb.run(solver, tests, judge=JudgeSpec(mode="checker", checker=checker))
@@ -180,8 +192,9 @@ async def test_checker_program_judges_with_input_output_and_answer(sb: Sandbox) 
 
 async def test_broken_checker_is_a_system_error_not_wrong_answer(sb: Sandbox) -> None:
     checker = Program("cpp", "this is not C++")
-    result = await sb.run(A_PLUS_B_PY, [TestCase("1 2\n", "3")],
-                          judge=JudgeSpec(mode="checker", checker=checker))
+    result = await sb.run(
+        A_PLUS_B_PY, [TestCase("1 2\n", "3")], judge=JudgeSpec(mode="checker", checker=checker)
+    )
     assert result.verdict is Verdict.SE and "checker" in result.tests[0].message
 
 
@@ -189,7 +202,8 @@ async def test_concurrent_runs_are_bounded_and_correct(sb: Sandbox) -> None:
     tests = [TestCase(f"{i} 1\n", str(i + 1)) for i in range(3)]
     bad = Program("python", "print(0)")
     results: list[RunResult] = await asyncio.gather(
-        *(sb.run(A_PLUS_B_PY if i % 2 == 0 else bad, tests) for i in range(6)))
+        *(sb.run(A_PLUS_B_PY if i % 2 == 0 else bad, tests) for i in range(6))
+    )
     assert [r.verdict for r in results] == [Verdict.OK, Verdict.WA] * 3
 
 
@@ -201,8 +215,9 @@ async def test_infrastructure_failure_is_se_never_a_wrong_answer() -> None:
         # clean retry on a fresh container, never WA/RE.
         backend = sb._backend
         for container in list(backend._live.values()):  # type: ignore[attr-defined]
-            proc = await asyncio.create_subprocess_exec("docker", "rm", "-f", container.name,
-                                                        stdout=asyncio.subprocess.DEVNULL)
+            proc = await asyncio.create_subprocess_exec(
+                "docker", "rm", "-f", container.name, stdout=asyncio.subprocess.DEVNULL
+            )
             await proc.wait()
         result = await sb.run(A_PLUS_B_PY, [TestCase("1 2\n", "3")])
         assert result.verdict is Verdict.SE, result

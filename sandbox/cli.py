@@ -1,0 +1,310 @@
+"""`python -m sandbox run | judge | doctor | serve`: the sandbox as a command-line tool.
+
+Exit codes: 0 success (run: verdict OK; judge: every test passed; doctor: some isolating backend
+works), 1 the program failed (any non-OK verdict), 2 usage error, 3 sandbox/system error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbox import image
+from sandbox.core import AUTO_ORDER, BACKENDS, Sandbox, build_backend
+from sandbox.errors import SandboxError, SandboxUnavailable
+from sandbox.functional import function_call
+from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, Verdict
+
+EXTENSIONS = {".py": "python", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c++": "cpp"}
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SYSTEM = 0, 1, 2, 3
+
+
+class UsageError(ValueError):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SandboxError as exc:
+        print(f"sandbox error: {exc}", file=sys.stderr)
+        return EXIT_SYSTEM
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log backend choices")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--backend", default="auto", choices=BACKENDS)
+        p.add_argument(
+            "--allow-unsafe-local",
+            action="store_true",
+            help="permit backend=unsafe-local (NO isolation)",
+        )
+        p.add_argument("--time-limit", type=float, default=2.0, help="CPU seconds per test")
+        p.add_argument("--memory-limit", type=int, default=256, help="MB per process")
+
+    run = sub.add_parser("run", help="run one program, print its output and verdict")
+    run.add_argument("file", type=Path)
+    run.add_argument("--lang", choices=("python", "cpp"))
+    run.add_argument("--stdin", type=Path, help="file fed to the program's stdin")
+    common(run)
+    run.set_defaults(func=cmd_run)
+
+    judge = sub.add_parser("judge", help="judge a program against tests")
+    judge.add_argument("file", type=Path)
+    judge.add_argument(
+        "--tests",
+        type=Path,
+        required=True,
+        help="a directory of NAME.in + NAME.out/.ans, or a JSONL file",
+    )
+    judge.add_argument("--lang", choices=("python", "cpp"))
+    judge.add_argument("--checker", type=Path, help="testlib-style checker program")
+    judge.add_argument(
+        "--function",
+        help="function-style tests: call this function "
+        "('f' or 'Class.method') with each row's args",
+    )
+    judge.add_argument("--mode", choices=("tokens", "lines", "float"), default="tokens")
+    judge.add_argument("--early-stop", action="store_true")
+    common(judge)
+    judge.set_defaults(func=cmd_judge)
+
+    doctor = sub.add_parser("doctor", help="which backends work here, and the image")
+    doctor.add_argument("--no-build", action="store_true", help="only check, never build")
+    doctor.set_defaults(func=cmd_doctor)
+
+    serve = sub.add_parser("serve", help="HTTP service: /judge and SandboxFusion's /run_code")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--backend", default="auto", choices=BACKENDS)
+    serve.add_argument("--allow-unsafe-local", action="store_true")
+    serve.add_argument("--max-concurrency", type=int, default=4)
+    serve.add_argument("--max-queue", type=int, default=256)
+    serve.set_defaults(func=cmd_serve)
+    return parser
+
+
+# ---- helpers --------------------------------------------------------------------------------
+def load_program(path: Path, lang: str | None) -> Program:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    language = lang or EXTENSIONS.get(path.suffix.lower())
+    if language is None:
+        raise UsageError(f"{path}: cannot tell the language from {path.suffix!r}; pass --lang")
+    return Program(language, path.read_text())  # type: ignore[arg-type]
+
+
+def make_sandbox(args: argparse.Namespace, max_concurrency: int = 1) -> Sandbox:
+    return Sandbox.create(
+        args.backend, max_concurrency=max_concurrency, allow_unsafe_local=args.allow_unsafe_local
+    )
+
+
+def limits_of(args: argparse.Namespace) -> Limits:
+    try:
+        return Limits(time_s=args.time_limit, memory_mb=args.memory_limit)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+async def _run_once(
+    args: argparse.Namespace,
+    program: Program,
+    tests: list[TestCase],
+    judge: JudgeSpec,
+    early_stop: bool = False,
+) -> RunResult:
+    async with make_sandbox(args) as sb:
+        return await sb.run(program, tests, limits_of(args), judge, early_stop=early_stop)
+
+
+def _exit_code(result: RunResult) -> int:
+    if result.verdict is Verdict.SE:
+        return EXIT_SYSTEM
+    return EXIT_OK if result.verdict is Verdict.OK else EXIT_FAILED
+
+
+# ---- run ------------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    program = load_program(args.file, args.lang)
+    stdin = (
+        args.stdin.read_text() if args.stdin else ("" if sys.stdin.isatty() else sys.stdin.read())
+    )
+    result = asyncio.run(_run_once(args, program, [TestCase(stdin)], JudgeSpec()))
+    if result.verdict is Verdict.CE:
+        print(result.compile_output, file=sys.stderr, end="")
+        print("verdict: CE", file=sys.stderr)
+        return EXIT_FAILED
+    test = result.tests[0]
+    sys.stdout.write(test.stdout)
+    sys.stderr.write(test.stderr)
+    detail = f" ({test.message})" if test.message else ""
+    print(
+        f"verdict: {result.verdict.value}{detail}  time {test.time_s:.3f}s  memory "
+        f"{test.memory_mb:.1f}MB  exit {test.exit_code}  backend {result.backend}",
+        file=sys.stderr,
+    )
+    return _exit_code(result)
+
+
+# ---- judge ----------------------------------------------------------------------------------
+def load_tests(path: Path) -> list[dict[str, Any]]:
+    """Rows with "stdin"/"expected" (or "args"/"kwargs"/"expected" for function tests)."""
+    if path.is_dir():
+        return _tests_from_dir(path)
+    if not path.is_file():
+        raise UsageError(f"--tests {path}: no such file or directory")
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{number}: not JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}:{number}: each line must be a JSON object")
+        if "input" in row or "output" in row:  # the common {"input", "output"} spelling
+            row = {
+                "stdin": row.get("input", ""),
+                "expected": row.get("output"),
+                **{k: v for k, v in row.items() if k not in ("input", "output")},
+            }
+        rows.append(row)
+    if not rows:
+        raise UsageError(f"{path}: no tests found")
+    return rows
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def _tests_from_dir(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for inp in sorted(path.glob("*.in"), key=lambda p: _natural(p.name)):
+        answer = next(
+            (inp.with_suffix(s) for s in (".out", ".ans") if inp.with_suffix(s).exists()), None
+        )
+        rows.append(
+            {
+                "stdin": inp.read_text(),
+                "expected": answer.read_text() if answer else None,
+                "name": inp.stem,
+            }
+        )
+    if not rows:
+        raise UsageError(f"{path}: no NAME.in files found")
+    return rows
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    rows = load_tests(args.tests)
+    if args.function:
+        source = load_program(args.file, args.lang or "python").source
+        try:
+            program, tests = function_call(source, args.function, rows)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+    else:
+        program = load_program(args.file, args.lang)
+        tests = [TestCase(str(r.get("stdin", "")), r.get("expected")) for r in rows]
+    judge = JudgeSpec(mode=args.mode)  # type: ignore[arg-type]
+    if args.checker:
+        judge = JudgeSpec(mode="checker", checker=load_program(args.checker, None))
+    result = asyncio.run(_run_once(args, program, tests, judge, args.early_stop))
+    if result.verdict is Verdict.CE:
+        print(result.compile_output, end="")
+    for i, test in enumerate(result.tests):
+        name = rows[i].get("name", str(i + 1))
+        note = f"  {test.message}" if test.message else ""
+        print(
+            f"test {name}: {test.verdict.value}  {test.time_s:.3f}s  {test.memory_mb:.1f}MB{note}"
+        )
+    print(
+        f"summary: {result.passed}/{len(tests)} passed, verdict {result.verdict.value} "
+        f"(backend {result.backend})"
+    )
+    return _exit_code(result)
+
+
+# ---- doctor ---------------------------------------------------------------------------------
+def cmd_doctor(args: argparse.Namespace) -> int:
+    print(f"rootfs: {image.rootfs_path()} ({'ready' if image.rootfs_ready() else 'missing'})")
+    if not args.no_build and os.geteuid() == 0:
+        try:
+            print(f"rootfs: built/found {image.ensure_rootfs()}")
+            if _docker_reachable():
+                print(f"image:  {image.ensure_image()} ready")
+        except SandboxError as exc:
+            print(f"image build failed: {exc}")
+    working = []
+    for name in AUTO_ORDER:
+        try:
+            backend = build_backend(name, 1, {})
+        except SandboxUnavailable as exc:
+            print(f"{name:11s} unavailable: {exc}")
+            continue
+        asyncio.run(_close(backend))
+        working.append(name)
+        print(f"{name:11s} OK")
+    print("unsafe-local available only with --allow-unsafe-local (NO isolation)")
+    if working:
+        print(f"backend=auto would pick: {working[0]}")
+        return EXIT_OK
+    print("no isolating backend works here; run `bash .ci/setup_sandbox.sh` as root")
+    return EXIT_SYSTEM
+
+
+def _docker_reachable() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "version"], capture_output=True, timeout=20)
+    return probe.returncode == 0
+
+
+async def _close(backend: Any) -> None:
+    await backend.aclose()
+
+
+# ---- serve ----------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sandbox.service import ServiceConfig, build_app
+
+    sandbox = Sandbox.create(
+        args.backend,
+        max_concurrency=args.max_concurrency,
+        allow_unsafe_local=args.allow_unsafe_local,
+    )
+    app = build_app(sandbox, ServiceConfig(max_queue=args.max_queue), owns_sandbox=True)
+    print(
+        f"serving the {sandbox.backend_name} sandbox on http://{args.host}:{args.port} "
+        "(/judge, /run_code, /health)",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
