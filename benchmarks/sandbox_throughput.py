@@ -12,7 +12,9 @@ Workload: `--tests` tests of a correct A+B in Python and in C++, grouped into su
   bubblewrap   our backend: one bwrap sandbox per submission
   namespaces   our backend: one unshare+chroot sandbox per submission
   unsandboxed  the floor: a plain host subprocess per test, no runner, no isolation
-Rows whose backend is unavailable are reported as such. Needs root for namespaces.
+Rows whose backend is unavailable are reported as such. Needs root for namespaces. The rows run
+in interleaved rounds (`--concurrency` submissions per row per round), so load that drifts
+during the run (other jobs on a shared machine) affects every row alike.
 """
 
 from __future__ import annotations
@@ -132,32 +134,77 @@ def docker_run_prefix(tag: str) -> Callable[[Path], list[str]]:
 
 
 # ---- driver ---------------------------------------------------------------------------------
-async def measure(name: str, lang: str, args: argparse.Namespace) -> tuple[float, int] | str:
-    tests = make_tests(args.tests)
-    subs = chunks(tests, args.per_submission)
+Result = tuple[float, int] | str  # (tests/s, passed) or why the row could not run
+
+
+class Row:
+    """One way of running tests; `run_round` runs some submissions and returns tests passed."""
+
+    def __init__(self, name: str, args: argparse.Namespace, workdir: Path) -> None:
+        self.name, self.args, self.workdir = name, args, workdir
+        self.sandbox: Sandbox | None = None
+        self.elapsed, self.passed, self.unavailable = 0.0, 0, ""
+        self.rounds = 0
+
+    async def setup(self, lang: str) -> None:
+        if self.name in ("unsandboxed", "docker-run", "docker-run-xN"):
+            return
+        try:
+            self.sandbox = Sandbox.create(self.name, max_concurrency=self.args.concurrency)  # type: ignore[arg-type]
+        except SandboxError as exc:
+            self.unavailable = f"unavailable: {exc}".splitlines()[0][:60]
+            return
+        # Warm-up, untimed: start the whole pool (docker) and fill caches.
+        warm = chunks(
+            make_tests(self.args.per_submission * self.args.concurrency), self.args.per_submission
+        )
+        await via_sandbox(self.sandbox, lang, warm, self.args.concurrency)
+
+    async def run_round(self, lang: str, subs: list[list[TestCase]]) -> None:
+        if self.unavailable:
+            return
+        start = time.perf_counter()
+        if self.sandbox is not None:
+            passed = await via_sandbox(self.sandbox, lang, subs, self.args.concurrency)
+        else:
+            prefix = (
+                plain_prefix
+                if self.name == "unsandboxed"
+                else docker_run_prefix(image.ensure_image())
+            )
+            conc = (
+                self.args.baseline_concurrency
+                if self.name == "docker-run"
+                else self.args.concurrency
+            )
+            workdir = self.workdir / f"{self.name}-{lang}-{self.rounds}"
+            workdir.mkdir()
+            passed = await via_subprocess(lang, subs, conc, prefix, workdir)
+        self.elapsed += time.perf_counter() - start
+        self.passed += passed
+        self.rounds += 1
+
+    async def close(self) -> Result:
+        if self.sandbox is not None:
+            await self.sandbox.aclose()
+        return self.unavailable or (self.args.tests / self.elapsed, self.passed)
+
+
+async def measure_language(
+    lang: str, names: list[str], args: argparse.Namespace
+) -> dict[str, Result]:
+    """All rows in interleaved rounds, so drifting load from other work hits every row alike."""
     workdir = Path(tempfile.mkdtemp(prefix="sbbench-"))
     os.chmod(workdir, 0o755)
+    rows = [Row(name, args, workdir) for name in names]
     try:
-        if name in ("unsandboxed", "docker-run", "docker-run-xN"):
-            prefix = (
-                plain_prefix if name == "unsandboxed" else docker_run_prefix(image.ensure_image())
-            )
-            conc = args.baseline_concurrency if name == "docker-run" else args.concurrency
-            start = time.perf_counter()
-            passed = await via_subprocess(lang, subs, conc, prefix, workdir)
-        else:
-            try:
-                sb = Sandbox.create(name, max_concurrency=args.concurrency)  # type: ignore[arg-type]
-            except SandboxError as exc:
-                return f"unavailable: {exc}".splitlines()[0][:60]
-            try:
-                # Warm-up: start the whole pool (docker) and compile caches, untimed.
-                await via_sandbox(sb, lang, subs[: args.concurrency], args.concurrency)
-                start = time.perf_counter()
-                passed = await via_sandbox(sb, lang, subs, args.concurrency)
-            finally:
-                await sb.aclose()
-        return len(tests) / (time.perf_counter() - start), passed
+        for row in rows:
+            await row.setup(lang)
+        subs = chunks(make_tests(args.tests), args.per_submission)
+        for r in range(0, len(subs), args.concurrency):
+            for row in rows:
+                await row.run_round(lang, subs[r : r + args.concurrency])
+        return {row.name: await row.close() for row in rows}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -173,11 +220,11 @@ async def main() -> None:
     )
     args = parser.parse_args()
     rows = args.rows.split(",")
-    results: dict[tuple[str, str], tuple[float, int] | str] = {}
-    for name in rows:
-        for lang in ("python", "cpp"):
-            results[name, lang] = await measure(name, lang, args)
-            print(f"  measured {name:12s} {lang:6s} {results[name, lang]}", file=sys.stderr)
+    results: dict[tuple[str, str], Result] = {}
+    for lang in ("python", "cpp"):
+        for name, result in (await measure_language(lang, rows, args)).items():
+            results[name, lang] = result
+            print(f"  measured {name:12s} {lang:6s} {result}", file=sys.stderr)
     print_table(rows, results, args)
 
 

@@ -23,6 +23,7 @@ many concurrent runs can still use max_concurrency x the per-run memory.
 This package imports neither torch, gspo_agents nor envs.
 """
 
+from sandbox.config import SandboxConfig
 from sandbox.core import Sandbox
 from sandbox.errors import BackendFailure, ImageBuildError, SandboxError, SandboxUnavailable
 from sandbox.types import (
@@ -43,6 +44,7 @@ __all__ = [
     "Program",
     "RunResult",
     "Sandbox",
+    "SandboxConfig",
     "SandboxError",
     "SandboxUnavailable",
     "TestCase",

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from sandbox import judge as judging
 from sandbox.backends.base import Backend, RunnerOutput
+from sandbox.config import SandboxConfig
 from sandbox.errors import BackendFailure, SandboxUnavailable
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
@@ -93,6 +94,16 @@ class Sandbox:
             log.info("sandbox: using the %s backend (requested)", backend)
             return cls(chosen, max_concurrency=max_concurrency)
         return cls(_pick_auto(max_concurrency, backend_options), max_concurrency=max_concurrency)
+
+    @classmethod
+    def from_config(cls, config: SandboxConfig) -> Sandbox:
+        """Build from the sandbox's config schema (e.g. a Hydra `sandbox` group)."""
+        return cls.create(
+            config.backend,  # type: ignore[arg-type]
+            max_concurrency=config.max_concurrency,
+            allow_unsafe_local=config.allow_unsafe_local,
+            **config.backend_options(),
+        )
 
     async def __aenter__(self) -> Sandbox:
         return self
