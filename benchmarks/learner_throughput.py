@@ -15,7 +15,9 @@ One run, one table, all on the same model (the project's `tiny` Qwen3), the same
     python benchmarks/learner_throughput.py              # prints the table (add --json out.json)
     pip install -e '.[bench]'                            # TRL is optional, only for the peer row
 
-Timing: one warm-up update, then the median of --repeats updates. Not part of the test suite.
+Timing: one warm-up update, then the fastest of --repeats updates (wall and CPU seconds
+separately); ours and the floor alternate in one process so that both see the same machine load.
+Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--completion-tokens", type=int, default=96)
     p.add_argument("--num-minibatches", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5, help="timed updates; the fastest counts")
     p.add_argument("--nproc", type=int, default=2, help="processes for the multi-process row")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--skip-trl", action="store_true")
@@ -95,24 +96,16 @@ class Clock:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
-def median_update(fn, repeats: int) -> tuple[float, float]:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        clock = Clock()
-        fn()
-        times.append(clock.elapsed())
-    return _medians(times)
-
-
-def _medians(times: list[tuple[float, float]]) -> tuple[float, float]:
-    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+def _best(times: list[tuple[float, float]]) -> tuple[float, float]:
+    """Fastest repeat (wall, CPU): the least disturbed by other jobs on a shared machine."""
+    return min(t[0] for t in times), min(t[1] for t in times)
 
 
 # --------------------------------------------------------------------------------------------
 # workers
 # --------------------------------------------------------------------------------------------
 def worker_ours(args) -> None:
+    """Our update; in a single CPU process also the floor, alternating with ours under equal load."""
     from gspo_agents.learner import Learner, LearnerConfig
 
     cfg = LearnerConfig(
@@ -123,28 +116,32 @@ def worker_ours(args) -> None:
     )
     learner = Learner(args.model, cfg)
     batch = make_batch(args, learner.model.config.vocab_size)
-
-    def on_policy():  # the engine's log-probs, computed outside the timed update
-        return replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * batch.loss_mask_BT)
-
-    times, metrics = [], {}
-    for _ in range(1 + args.repeats):
-        b = on_policy()
-        clock = Clock()
+    floor = None if learner.world_size > 1 else make_floor(args, batch)
+    ours_t, floor_t, metrics = [], [], {}
+    for _ in range(1 + args.repeats):  # the first round is the warm-up
+        b = replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * batch.loss_mask_BT)
+        clock = Clock()  # the engine's log-probs above are not part of the update
         metrics = learner.update(b)
-        times.append(clock.elapsed())
+        ours_t.append(clock.elapsed())
+        if floor is not None:
+            clock = Clock()
+            floor()
+            floor_t.append(clock.elapsed())
     if learner.is_main:
         name = f"ours (GSPO, {learner.world_size} proc)"
-        row = _row(name, learner.world_size, args, *_medians(times[1:]))
+        row = _row(name, learner.world_size, args, *_best(ours_t[1:]))
         row.update(device=str(learner.device), skipped_steps=metrics["skipped_steps"])
         if learner.device.type == "cuda":
             row["bf16"] = learner.cfg.mixed_precision
             row["max_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         emit(row)
+        if floor_t:
+            emit(_row("floor (fwd+bwd+AdamW)", 1, args, *_best(floor_t[1:])))
     learner.close()
 
 
-def worker_floor(args) -> None:
+def make_floor(args, batch):
+    """A bare training step on the same tokens: LM cross-entropy forward, backward, AdamW step."""
     from transformers import AutoModelForCausalLM
 
     from gspo_agents.learner.batching import split_minibatches
@@ -153,7 +150,6 @@ def worker_floor(args) -> None:
     model.config.use_cache = False
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
-    batch = make_batch(args, model.config.vocab_size)
 
     def update() -> None:
         for rows in split_minibatches(batch.num_sequences, args.num_minibatches):
@@ -163,7 +159,7 @@ def worker_floor(args) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
 
-    emit(_row("floor (fwd+bwd+AdamW)", 1, args, *median_update(update, args.repeats)))
+    return update
 
 
 def worker_trl(args) -> None:
@@ -247,7 +243,7 @@ def worker_trl(args) -> None:
         for i in range(n, len(timer.steps), n)
     ]
     name = f"TRL {trl.__version__} GRPOTrainer (seq-level)"
-    emit(_row(name, 1, args, *_medians(per_cycle)))
+    emit(_row(name, 1, args, *_best(per_cycle)))
 
 
 def exact_length_prompts(tok, num_tokens: int, count: int) -> list[str]:
@@ -286,7 +282,7 @@ def _row(name: str, nproc: int, args, wall_s: float, cpu_s: float) -> dict:
 # --------------------------------------------------------------------------------------------
 # orchestration
 # --------------------------------------------------------------------------------------------
-def run_worker(kind: str, args, nproc: int = 1) -> dict | None:
+def run_worker(kind: str, args, nproc: int = 1) -> list[dict]:
     flags = [
         "--worker", kind, "--model", args.model, "--batch-size", str(args.batch_size),
         "--group-size", str(args.group_size), "--prompt-tokens", str(args.prompt_tokens),
@@ -303,14 +299,14 @@ def run_worker(kind: str, args, nproc: int = 1) -> dict | None:
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
             env.pop(key, None)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith(RESULT):
-            return json.loads(line[len(RESULT) :])
+    rows = [json.loads(x[len(RESULT) :]) for x in proc.stdout.splitlines() if x.startswith(RESULT)]
+    if rows:
+        return rows
     print(
         f"[{kind} x{nproc}] failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
         file=sys.stderr,
     )
-    return None
+    return []
 
 
 def table(rows: list[dict]) -> str:
@@ -336,10 +332,9 @@ def main(argv=None) -> None:
         args.model = tiny_model_dir()
     if args.worker:
         torch.set_num_threads(args.threads)
-        {"ours": worker_ours, "floor": worker_floor, "trl": worker_trl}[args.worker](args)
+        {"ours": worker_ours, "trl": worker_trl}[args.worker](args)
         return
-    rows = [run_worker("ours", args), run_worker("ours", args, nproc=args.nproc)]
-    rows.append(run_worker("floor", args))
+    rows = run_worker("ours", args) + run_worker("ours", args, nproc=args.nproc)
     if not args.skip_trl:
         try:
             import trl  # noqa: F401
@@ -349,8 +344,7 @@ def main(argv=None) -> None:
                 file=sys.stderr,
             )
         else:
-            rows.append(run_worker("trl", args))
-    rows = [r for r in rows if r]
+            rows += run_worker("trl", args)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"model: {args.model}  torch {torch.__version__}  cores: {os.cpu_count()}  "
