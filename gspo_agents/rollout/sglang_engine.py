@@ -240,7 +240,10 @@ class SGLangEngine:
                 worker.down_until = time.monotonic() + self._cooldown_s
                 return {}
             if resp.status_code == 200:
-                info.update(resp.json())
+                try:
+                    info.update(resp.json())
+                except ValueError:
+                    continue  # not JSON: try the next endpoint
                 if path.endswith("model_info") or "weight_version" in info:
                     break
         worker.info = info
@@ -312,6 +315,9 @@ class SGLangEngine:
             except _RETRYABLE as exc:
                 failures.append(f"{url}: {type(exc).__name__}: {exc}")
                 self._mark_down(url)
+                if not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+                    # It may have arrived and still run on a live server: do not leak it.
+                    await asyncio.shield(self._abort_quietly(url, wire))
                 continue
             if resp.status_code >= 500:
                 failures.append(f"{url}: HTTP {resp.status_code}: {_message(resp)}")
@@ -376,7 +382,10 @@ class SGLangEngine:
                 raise EngineError(f"{worker.url}/flush_cache kept failing: {_message(resp)}")
 
     async def health(self) -> bool:
-        return any((await self.worker_health()).values())
+        try:
+            return any((await self.worker_health()).values())
+        except EngineUnavailable:
+            return False
 
     async def worker_health(self) -> dict[str, bool]:
         await self._ensure_started()
@@ -506,7 +515,10 @@ class SGLangEngine:
 
     async def _abort_quietly(self, url: str, wire_rid: str) -> None:
         try:
-            await self._control(url, "/abort_request", {"rid": wire_rid}, self._connect_s)
+            if self._router is None:
+                await self._control(url, "/abort_request", {"rid": wire_rid}, self._connect_s)
+            else:
+                await self._broadcast("/abort_request", {"rid": wire_rid}, timeout=self._connect_s)
         except EngineError as exc:
             log.warning("could not abort %s on %s: %s", wire_rid, url, exc)
 
