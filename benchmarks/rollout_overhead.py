@@ -85,14 +85,15 @@ class Row:
     turns: int
     wall_s: float
     turns_per_s: float
-    ms_per_turn: float  # manager + instrument, one core
-    instrument_ms_per_turn: float  # the engine and env calls alone
-    manager_ms_per_turn: float  # the difference: the manager's own cost
+    ms_per_turn: float  # wall time, manager + instrument, one core
+    instrument_ms_per_turn: float  # wall time of the engine and env calls alone
+    manager_ms_per_turn: float  # the difference: the manager's own cost (wall)
+    manager_cpu_ms_per_turn: float  # the same in CPU time: robust to a busy machine
     rss_mb: float  # resident set after the batch, before it is freed
     rss_growth_mb: float  # over the resident set before the batch
     live_tokens: int  # tokens held by the finished batch's trajectories
     bytes_per_live_token: float
-    chat_ms_per_turn: float  # of the manager's cost: observation render + tokenize, action decode
+    chat_cpu_ms_per_turn: float  # of which: observation render + tokenize, action decode (CPU)
     retained_after_batch: int  # Trajectory objects still alive once the result is dropped
 
 
@@ -106,8 +107,9 @@ def rss_mb() -> float:
 
 async def instrument_only(
     engine: InstantEngine, chat: ChatFormat, concurrent: int, turns: int
-) -> float:
-    """The engine and env calls of the same workload, without the manager: its baseline cost."""
+) -> tuple[float, float]:
+    """The engine and env calls of the same workload, without the manager: its baseline cost
+    as (wall s, CPU s)."""
     sampling = SamplingParams(16)
 
     async def one(i: int) -> None:
@@ -118,9 +120,9 @@ async def instrument_only(
             await env.astep("x")
         env.close()
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one(i) for i in range(concurrent)))
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu_started
 
 
 async def measure(tokenizer, concurrent: int, turns: int, tokens_per_turn: int) -> Row:
@@ -139,9 +141,9 @@ async def measure(tokenizer, concurrent: int, turns: int, tokens_per_turn: int) 
     tasks = [{"id": str(i), "turns": turns} for i in range(concurrent // G)]
     gc.collect()
     before = rss_mb()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     result = await manager.collect(tasks)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     after = rss_mb()
     total_turns = int(result.metrics["rollout/turns"])
     assert total_turns == concurrent * turns, result.metrics
@@ -154,7 +156,7 @@ async def measure(tokenizer, concurrent: int, turns: int, tokens_per_turn: int) 
     await asyncio.sleep(0)  # the loop's handle that woke us still points at the gather's result
     gc.collect()
     retained = sum(isinstance(o, Trajectory) for o in gc.get_objects())
-    base = await instrument_only(engine, chat, concurrent, turns)
+    base, base_cpu = await instrument_only(engine, chat, concurrent, turns)
     ms = 1e3 * wall / total_turns
     base_ms = 1e3 * base / total_turns
     growth = after - before
@@ -166,11 +168,12 @@ async def measure(tokenizer, concurrent: int, turns: int, tokens_per_turn: int) 
         ms_per_turn=round(ms, 4),
         instrument_ms_per_turn=round(base_ms, 4),
         manager_ms_per_turn=round(ms - base_ms, 4),
+        manager_cpu_ms_per_turn=round(1e3 * (cpu - base_cpu) / total_turns, 4),
         rss_mb=round(after, 1),
         rss_growth_mb=round(growth, 1),
         live_tokens=live_tokens,
         bytes_per_live_token=round(growth * 2**20 / live_tokens, 1),
-        chat_ms_per_turn=round(1e3 * chat_s, 4),
+        chat_cpu_ms_per_turn=round(1e3 * chat_s, 4),
         retained_after_batch=retained,
     )
 
@@ -182,26 +185,28 @@ def chat_cost(chat: ChatFormat, traj: Trajectory, turns: int, repeat: int) -> fl
     env = InstantEnv(max_turns=turns)
     env.reset(options={"task": {"id": "0", "turns": turns}})
     observations = [env.step("x")[0] for _ in range(turns - 1)]
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(repeat):
         for i, ids in enumerate(model_turns):
             chat.action_text(ids)
             if i < len(observations):
                 chat.observation_ids(observations[i], ids)
-    return (time.perf_counter() - started) / (repeat * len(model_turns))
+    return (time.process_time() - started) / (repeat * len(model_turns))
 
 
 def table(rows: list[Row]) -> str:
     head = (
-        "| concurrent trajectories | turns | wall s | turns/s | ms/turn (total) "
-        "| ms/turn (instrument) | ms/turn (manager) | of which chat formatting "
-        "| RSS MB | RSS growth MB | live tokens | bytes/live token | retained after batch |"
+        "| concurrent trajectories | turns | wall s | turns/s | wall ms/turn (total) "
+        "| wall ms/turn (instrument) | wall ms/turn (manager) | CPU ms/turn (manager) "
+        "| of which chat formatting (CPU) | RSS MB | RSS growth MB | live tokens "
+        "| bytes/live token | retained after batch |"
     )
-    out = [head, "|" + "---|" * 13]
+    out = [head, "|" + "---|" * 14]
     for r in rows:
         out.append(
             f"| {r.concurrent:,} | {r.turns:,} | {r.wall_s} | {r.turns_per_s:,} | {r.ms_per_turn} "
-            f"| {r.instrument_ms_per_turn} | {r.manager_ms_per_turn} | {r.chat_ms_per_turn} "
+            f"| {r.instrument_ms_per_turn} | {r.manager_ms_per_turn} "
+            f"| {r.manager_cpu_ms_per_turn} | {r.chat_cpu_ms_per_turn} "
             f"| {r.rss_mb} | {r.rss_growth_mb} | {r.live_tokens:,} | {r.bytes_per_live_token} "
             f"| {r.retained_after_batch} |"
         )
@@ -219,7 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in args.sizes:
         rows.append(asyncio.run(measure(tokenizer, n, args.turns, args.tokens_per_turn)))
-        print(f"{n:>6} concurrent: {rows[-1].manager_ms_per_turn} ms/turn", file=sys.stderr)
+        row = rows[-1]
+        print(
+            f"{n:>6} concurrent: manager {row.manager_ms_per_turn} ms/turn wall, "
+            f"{row.manager_cpu_ms_per_turn} ms/turn CPU",
+            file=sys.stderr,
+        )
     print(f"python {sys.version.split()[0]}, pid {os.getpid()}, one event loop on one core")
     print(table(rows))
     if args.json:
