@@ -294,6 +294,35 @@ async def test_aclose_cancels_a_pending_prefetch(engine, tokenizer):
     assert CounterEnv.live == 0
 
 
+async def test_cancelled_collect_closes_envs_and_frees_engine_requests(fresh_engine, tokenizer):
+    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=96)
+    collecting = asyncio.create_task(mgr.collect([{"id": "c", "turns": 3}]))
+    await _wait_for_decoding(fresh_engine, 3)
+    collecting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await collecting  # the cancellation reaches the caller, it is not swallowed
+    assert CounterEnv.live == 0
+    for _ in range(200):  # the engine frees aborted rows at its next step boundary
+        if not fresh_engine.request_ids():
+            break
+        await asyncio.sleep(0.01)
+    assert fresh_engine.request_ids() == []
+
+
+async def test_failed_weight_update_resumes_generation_on_the_old_weights(
+    fresh_engine, tokenizer, tmp_path
+):
+    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=96)
+    collecting = asyncio.create_task(mgr.collect([{"id": "f", "turns": 1}]))
+    await _wait_for_decoding(fresh_engine, 3)
+    with pytest.raises(Exception, match="nothing-here"):
+        await mgr.update_weights(str(tmp_path / "nothing-here"), version=1)
+    result = await collecting  # the engine was resumed: the interrupted turns finish
+    assert mgr.weight_version == 0
+    for traj in result.trajectories:
+        assert traj.status == Status.COMPLETE and set(traj.versions) == {0}
+
+
 def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match="num_samples_per_task"):
         RolloutConfig(num_samples_per_task=0)
