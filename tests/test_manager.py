@@ -323,6 +323,19 @@ async def test_failed_weight_update_resumes_generation_on_the_old_weights(
         assert traj.status == Status.COMPLETE and set(traj.versions) == {0}
 
 
+async def test_tokens_from_older_weights_than_loaded_are_flagged_and_dropped(
+    fresh_engine, tokenizer, model_dir
+):
+    mgr = _manager(fresh_engine, tokenizer, max_staleness_steps=0)
+    await mgr.update_weights(model_dir, version=1)
+    # As a worker restarted from its original checkpoint would: it serves version 0 again.
+    await fresh_engine.update_weights(model_dir, version=0)
+    result = await mgr.collect([{"id": "old", "turns": 2}])
+    assert result.groups == []  # nothing made by version 0 passes as on-policy for version 1
+    assert result.metrics["rollout/behind_version_generations"] >= 2
+    assert result.metrics["rollout/dropped_stale"] == 2 * 3  # each sample tried three times
+
+
 def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match="num_samples_per_task"):
         RolloutConfig(num_samples_per_task=0)

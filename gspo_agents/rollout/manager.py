@@ -384,6 +384,7 @@ class RolloutManager:
                 # Every worker should have loaded `version_before` before this request started;
                 # one that did not breaks the per-token version record. Count it, loudly.
                 stats.behind_version_generations += 1
+                traj.info["behind_version"] = True  # versions no longer grow along it
                 log.warning(
                     "engine answered with weight version %d after version %d was loaded",
                     gen.weight_version,
@@ -457,7 +458,10 @@ class RolloutManager:
 # -- helpers ------------------------------------------------------------------------------------
 def _oldest_version(traj: Trajectory) -> int | None:
     # Versions only grow along a trajectory, so the first model token is the oldest one; this
-    # avoids walking every token on every turn.
+    # avoids walking every token on every turn. An engine that answered from older weights
+    # breaks that order: then walk them all.
+    if traj.info.get("behind_version"):
+        return traj.min_version
     for seg in traj.segments:
         if seg.kind == "model":
             return seg.versions[0]  # type: ignore[index]
