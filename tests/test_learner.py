@@ -123,6 +123,7 @@ def test_activation_checkpointing_does_not_change_the_update(dense_dir):
     results = []
     for ac in (False, True):
         learner = _learner(dense_dir, activation_checkpointing=ac)
+        assert learner.model.is_gradient_checkpointing == ac
         batch = _on_policy(learner, seed=13)
         results.append((learner.update(batch)["loss"], _weights(learner)))
         learner.close()

@@ -67,7 +67,7 @@ class Learner:
         self.model, self._export_dtype = _load_model(self.model_path, self.device)
         self._routers = RouterRecorder(self.model)  # hooks before sharding: plain module paths
         if cfg.activation_checkpointing:
-            self.model.gradient_checkpointing_enable({"use_reentrant": False})
+            _enable_activation_checkpointing(self.model)
         if self._info.distributed:
             shard_model(self.model, self._bf16)
         # single-process CUDA gets bf16 through autocast; under FSDP the MixedPrecisionPolicy does it
@@ -341,6 +341,15 @@ def _load_model(model_path: str, device: torch.device) -> tuple[nn.Module, torch
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.config.use_cache = False
     return model.to(device), saved_dtype
+
+
+def _enable_activation_checkpointing(model: nn.Module) -> None:
+    """Recompute each decoder layer in backward (non-reentrant: works under FSDP2)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+        model.activation_checkpointing_enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(kwargs)
 
 
 def _build_optimizer(model: nn.Module, cfg: LearnerConfig, device: torch.device):
