@@ -150,7 +150,10 @@ class Row:
         if self.name in ("unsandboxed", "docker-run", "docker-run-xN"):
             return
         try:
-            self.sandbox = Sandbox.create(self.name, max_concurrency=self.args.concurrency)  # type: ignore[arg-type]
+            name, options = self.name, {}
+            if name == "docker-default-cgroup":  # Docker's own /docker cgroup nesting
+                name, options = "docker", {"cgroup_parent": None}
+            self.sandbox = Sandbox.create(name, max_concurrency=self.args.concurrency, **options)  # type: ignore[arg-type]
         except SandboxError as exc:
             self.unavailable = f"unavailable: {exc}".splitlines()[0][:60]
             return

@@ -226,3 +226,65 @@ async def test_infrastructure_failure_is_se_never_a_wrong_answer() -> None:
         assert (await sb.run(A_PLUS_B_PY, [TestCase("1 2\n", "3")])).verdict is Verdict.OK
     finally:
         await sb.aclose()
+
+
+def test_config_maps_to_backend_options() -> None:
+    from sandbox import SandboxConfig
+
+    cfg = SandboxConfig(
+        backend="docker",
+        docker_hosts=("ssh://a", "tcp://b:2375"),
+        container_memory_mb=1024,
+        image_tag="gspo-sandbox:dev",
+    )
+    assert cfg.backend_options() == {
+        "memory_mb": 1024,
+        "tmpfs_mb": 256,
+        "hosts": ["ssh://a", "tcp://b:2375"],
+        "image_tag": "gspo-sandbox:dev",
+    }
+    local = Sandbox.from_config(SandboxConfig(backend="unsafe-local", allow_unsafe_local=True))
+    assert local.backend_name == "unsafe-local" and local.max_concurrency == 4
+    with pytest.raises(SandboxUnavailable):
+        Sandbox.from_config(SandboxConfig(backend="unsafe-local"))
+
+
+def test_stale_containers_of_dead_owners_are_reaped_at_start() -> None:
+    import socket
+    import subprocess
+
+    from sandbox import image
+
+    asyncio.run(make_sandbox("docker").aclose())  # fail in CI / skip elsewhere if missing
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = f"{socket.gethostname()}:{dead.pid}"
+    started = subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--label",
+            f"gspo-sandbox.owner={owner}",
+            "--network",
+            "none",
+            image.image_tag(),
+            "sleep",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    stale = started.stdout.strip()
+    sb = make_sandbox("docker")
+    try:
+        alive = subprocess.run(
+            ["docker", "ps", "-aq", "--no-trunc", "--filter", f"id={stale}"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        assert alive == "", "a container whose owner process is gone must be removed"
+    finally:
+        asyncio.run(sb.aclose())
+        subprocess.run(["docker", "rm", "-f", stale], capture_output=True)
