@@ -102,6 +102,7 @@ class TrainerConfig:
     seed: int = 0
     save_every_steps: int = 0  # 0: only at the end
     resume: bool = False
+    async_rollouts: bool = False  # overlap generation of step k+1 with the update of step k
     run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"
     sft: SFTConfig = field(default_factory=SFTConfig)
 

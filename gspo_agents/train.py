@@ -114,12 +114,22 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     step = start_step
     try:
+        if t.async_rollouts:  # generation of step k+1 overlaps the update of step k
+            manager.start_prefetch(tasks_for_step(tasks, start_step, t.tasks_per_step, t.seed))
         for step in range(start_step, t.steps):
             if stop.is_set():
                 break
             started = loop.time()
-            batch_tasks = tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
-            result = await manager.collect(batch_tasks)
+            if t.async_rollouts:
+                result = await manager.next_batch()
+                if step + 1 < t.steps:
+                    manager.start_prefetch(
+                        tasks_for_step(tasks, step + 1, t.tasks_per_step, t.seed)
+                    )
+            else:
+                result = await manager.collect(
+                    tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
+                )
             metrics = dict(result.metrics)
             prepared = prepare_batch(
                 result.groups,
@@ -218,6 +228,7 @@ def run(cfg: DictConfig) -> dict:
                 await manager.update_weights(weights, version=start_step)
             return await training_loop(cfg, learner, manager, tasks, tracker, run_dir, start_step)
         finally:
+            await manager.aclose()
             await engine.close()
             if sandbox is not None:
                 await sandbox.aclose()

@@ -50,9 +50,15 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     assert (run_dir / "weights" / "step3" / "config.json").exists()
 
 
-def test_two_learner_processes_train_through_torchrun(tmp_path):
+def test_two_learner_processes_with_async_rollouts_train_through_torchrun(tmp_path):
     run_dir = tmp_path / "run2"
-    train(run_dir, "trainer.steps=2", "trainer.nproc=2", "logger.wandb_mode=disabled")
+    train(
+        run_dir,
+        "trainer.steps=2",
+        "trainer.nproc=2",
+        "trainer.async_rollouts=true",
+        "logger.wandb_mode=disabled",
+    )
     got = rows(run_dir)
     assert [r["step"] for r in got] == [1, 2]
     assert all(r["loss"] == r["loss"] for r in got)  # finite, logged once (by rank 0)
