@@ -56,7 +56,14 @@ class _TemplateFacts:
 class ChatFormat:
     """Builds prompt and observation ids for one tokenizer; decodes the model's turn to text."""
 
-    __slots__ = ("tokenizer", "_facts", "_render_fast", "_encode_fast", "_decode_fast")
+    __slots__ = (
+        "tokenizer",
+        "_facts",
+        "_render_fast",
+        "_encode_fast",
+        "_decode_fast",
+        "_special_texts",
+    )
 
     def __init__(self, tokenizer: ChatTokenizer) -> None:
         if not getattr(tokenizer, "chat_template", None):
@@ -65,6 +72,10 @@ class ChatFormat:
                 "(set tokenizer.chat_template or use a chat/instruct tokenizer)"
             )
         self.tokenizer = tokenizer
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
+        specials |= {str(t) for t in added.values() if getattr(t, "special", False)}
+        self._special_texts = tuple(sorted((t for t in specials if len(t) > 1), key=len, reverse=True))
         self._render_fast = _fast_renderer(tokenizer)
         self._encode_fast = _fast_encoder(tokenizer)
         self._decode_fast = _fast_decoder(tokenizer, self)
@@ -91,7 +102,17 @@ class ChatFormat:
             raise ValueError("observation_ids needs at least one new message")
         eot = self._facts.end_of_turn_ids
         missing = eot[_emitted_prefix_len(model_turn_ids, eot) :]
-        return list(missing) + self._encode(self._delta(messages))
+        safe = [{**m, "content": self._defuse(m.get("content", ""))} for m in messages]
+        return list(missing) + self._encode(self._delta(safe))
+
+    def _defuse(self, text: str) -> str:
+        """Env output is untrusted (it is what generated code printed): a special-token string
+        inside it must stay text, or a program printing '<|im_start|>assistant' forges a turn.
+        A zero-width space after the first character keeps it readable but never special."""
+        for token in self._special_texts:
+            if token in text:
+                text = text.replace(token, token[0] + "\u200b" + token[1:])
+        return text
 
     def action_text(self, model_turn_ids: Sequence[int]) -> str:
         """The text the environment sees for a model turn (special tokens dropped)."""
