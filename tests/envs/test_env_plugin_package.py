@@ -3,6 +3,7 @@ group `gspo_agents.envs` and made by id -- in this process and in a fresh one.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -142,3 +143,19 @@ def test_a_broken_plugin_warns_and_is_named_when_asked_for(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "gspo_no_such_module" in out.stderr and "RuntimeWarning" in out.stderr  # the warning
     assert "gspo_no_such_module" in out.stdout  # and again in the unknown-env error
+
+
+@pytest.mark.slow
+def test_train_one_step_on_the_installed_env_with_one_override(installed_plugin, tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "gspo_agents.train", f"env.name={ENV_ID}", "trainer.steps=1",
+        "trainer.tasks_per_step=2", "rollout.num_samples_per_task=2", "trainer.sft.steps=2",
+        "trainer.sft.batch_size=4", "algorithm.filter_zero_spread_groups=false",
+        "logger.wandb_mode=disabled", f"trainer.run_dir={run_dir}",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"env: {ENV_ID}" in out.stderr
+    row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["step"] == 1 and row["num_trajectories"] == 4 and "loss" in row

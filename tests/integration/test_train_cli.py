@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 FAST = [
-    "env.kwargs.difficulty=1",
+    "+env.kwargs.difficulty=1",
     "trainer.tasks_per_step=2",
     "rollout.num_samples_per_task=4",
     "trainer.sft.steps=4",
