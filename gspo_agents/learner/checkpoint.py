@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -30,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from gspo_agents.learner.errors import CheckpointError
-from gspo_agents.learner.parallel import ProcessInfo, barrier
+from gspo_agents.learner.parallel import ProcessInfo, all_reduce_, barrier
 
 WEIGHT_SUFFIXES = (
     ".safetensors",
@@ -53,22 +54,72 @@ def save(
     optimizer: torch.optim.Optimizer,
     trainer_state: dict,
 ) -> None:
+    """Write a checkpoint; on any failure (disk full, read-only, ...) raise CheckpointError.
+
+    A failed save leaves the previous checkpoint untouched and removes its partial `<dir>.tmp`
+    (which may hold most of the space a full disk needs back). Every rank learns of a failure on
+    any rank, so none waits forever in a barrier the failed one never reaches.
+    """
     final = Path(ckpt_dir)
     tmp = final.with_name(final.name + ".tmp")
-    if info.rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier(info)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with _quiet_single_process(info):
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
-    torch.save(_rng_state(), tmp / f"rng_rank{info.rank}.pt")
-    if info.rank == 0:
-        torch.save({**trainer_state, "world_size": info.world_size}, tmp / "trainer.pt")
-    barrier(info)
-    if info.rank == 0:
-        _swap_into_place(tmp, final)
-    barrier(info)
+
+    def fresh_tmp() -> None:
+        if info.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+
+    def write() -> None:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        with _quiet_single_process(info):
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+        torch.save(_rng_state(), tmp / f"rng_rank{info.rank}.pt")
+        if info.rank == 0:
+            torch.save({**trainer_state, "world_size": info.world_size}, tmp / "trainer.pt")
+
+    def swap() -> None:
+        if info.rank == 0:
+            _swap_into_place(tmp, final)
+
+    try:
+        for stage in (fresh_tmp, write, swap):
+            _on_every_rank(stage, info)
+    except _SaveFailed as exc:
+        if info.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(
+            f"could not save the checkpoint to {final}: {exc} ({_free_space(final.parent)}). "
+            "The previous checkpoint there (if any) is unchanged and a resume uses it; free "
+            f"space on or make writable {final.parent}"
+        ) from exc.__cause__
+
+
+class _SaveFailed(Exception):
+    pass
+
+
+def _on_every_rank(stage, info: ProcessInfo) -> None:
+    """Run one stage of a save; then all ranks agree whether it failed anywhere (a barrier)."""
+    error: BaseException | None = None
+    try:
+        stage()
+    except (Exception, CheckpointException) as exc:  # noqa: BLE001 - OSError, pickling, ...
+        error = exc  # (DCP's CheckpointException derives from BaseException, not Exception)
+    if info.distributed:
+        flag = torch.tensor([0.0 if error is None else 1.0], device=info.device)
+        if float(all_reduce_(flag, info)) > 0 and error is None:
+            raise _SaveFailed("another rank failed to write its part")
+    if error is not None:
+        # DCP wraps the cause in a multi-line traceback; its last line names it.
+        lines = [line for line in str(error).splitlines() if line.strip()] or [""]
+        raise _SaveFailed(f"{type(error).__name__}: {lines[-1].strip()[:400]}") from error
+
+
+def _free_space(path: Path) -> str:
+    """Free bytes where the save went: a full disk shows up as torch's odd 'unexpected pos'."""
+    try:
+        return f"{shutil.disk_usage(path).free / 2**20:.1f} MiB free on that filesystem"
+    except OSError as exc:
+        return f"free space unknown: {exc}"
 
 
 @contextmanager

@@ -18,7 +18,7 @@ import pytest
 
 # The tiny-model, few-task settings of tests/integration/test_train_cli.py: a step takes ~1 s.
 FAST = [
-    "env.kwargs.difficulty=1",
+    "+env.kwargs.difficulty=1",
     "trainer.tasks_per_step=2",
     "rollout.num_samples_per_task=4",
     "trainer.sft.steps=4",
