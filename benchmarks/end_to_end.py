@@ -86,7 +86,7 @@ def our_overrides(args, run_dir: str) -> list[str]:
     """The `python -m gspo_agents.train` overrides of our side (also printed for reproduction)."""
     return [
         "env=arithmetic",
-        f"env.kwargs.difficulty={args.difficulty}",
+        f"++env.kwargs.difficulty={args.difficulty}",
         "model=hf",
         f"model.path={args.model}",
         "engine=local",
@@ -141,7 +141,7 @@ def resolve_model(args) -> str:
         return resolve(ModelConfig(name="tiny"))
     from gspo_agents.train import resolve_start_model
 
-    cfg = compose(["env=arithmetic", f"env.kwargs.difficulty={args.difficulty}", "model=tiny"])
+    cfg = compose(["env=arithmetic", f"++env.kwargs.difficulty={args.difficulty}", "model=tiny"])
     return resolve_start_model(cfg, make_env(args))
 
 
@@ -467,9 +467,18 @@ def main(argv=None) -> None:
     print(
         f"model: {args.model}  T={args.tasks_per_step} G={args.group_size} "
         f"max_new_tokens={args.max_new_tokens} minibatches/step={args.num_minibatches}  "
-        f"cores: {os.cpu_count()}  load average (1m) during runs: "
+        f"torch threads/worker: {args.threads or 'default'}  cores: {os.cpu_count()}  "
+        "load average (1m) around each run: "
         + ", ".join(f"{s['kind']} {s['load_avg_1m']}" for s in sides)
     )
+    busiest = max((x for s in sides for x in s["load_avg_1m"]), default=0.0)
+    if busiest > 0.5 * (os.cpu_count() or 1) and not args.threads:
+        print(
+            f"warning: load average {busiest:.1f} on {os.cpu_count()} cores. Multi-threaded "
+            "OpenMP (TRL's forwards, our learner) slows down many-fold when other jobs hold the "
+            "cores, and by different amounts per run; compare with --threads 1 and the CPU-s "
+            "columns, or rerun on a quiet machine."
+        )
     print(table(sides))
     ratio = None
     if ours and peer:
