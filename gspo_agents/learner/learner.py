@@ -13,6 +13,7 @@ Shape legend: B rows of the batch, T padded positions, V vocabulary.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from gspo_agents.objectives import get_objective, policy_loss
 from gspo_agents.trajectory import FlatBatch
 
 Rows = list[int] | None  # None: a dummy micro-batch that keeps FSDP collectives in step
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -198,6 +200,15 @@ class Learner:
             self.step += 1
         else:
             self.skipped_steps += 1
+            if self.is_main:
+                log.warning(
+                    "skipped optimizer step %d: non-finite loss (%s on this rank) or gradient "
+                    "norm (%s); weights and optimizer state unchanged (%d skipped so far)",
+                    self.step + 1,
+                    local_loss,
+                    norm,
+                    self.skipped_steps,
+                )
         self.optimizer.zero_grad(set_to_none=True)
         return norm, finite
 
