@@ -57,7 +57,11 @@ def build_backend(name: str, slots: int, options: dict[str, Any]) -> Backend:
 
 
 class Sandbox:
-    """Runs untrusted programs against tests on one backend, at most `max_concurrency` at once."""
+    """Runs untrusted programs against tests on one backend, at most `max_concurrency` at once.
+
+    Share one Sandbox per process (it owns the warm pool); it belongs to the event loop that
+    first uses it. Infrastructure failures come back as Verdict.SE, never as an exception.
+    """
 
     def __init__(self, backend: Backend, *, max_concurrency: int) -> None:
         self._backend = backend
@@ -136,7 +140,7 @@ class Sandbox:
         async with self._sem:
             try:
                 out = await self._backend.execute(request, keep_going, _budget(limits, len(tests)))
-            except BackendFailure as exc:
+            except (BackendFailure, OSError) as exc:  # OSError: the backend's binary vanished
                 return self._system_error(tests, str(exc))
             result = self._assemble(out, tests, judge, early_stop)
             if judge.mode == "checker" and result.verdict is not Verdict.SE:
@@ -219,7 +223,7 @@ class Sandbox:
             out = await self._backend.execute(
                 request, lambda _: True, _budget(CHECKER_LIMITS, len(todo))
             )
-        except BackendFailure as exc:
+        except (BackendFailure, OSError) as exc:
             return self._system_error(tests, f"checker: {exc}")
         if not out.compile_ok or not out.finished or len(out.tests) != len(todo):
             why = out.compile_output if not out.compile_ok else _crash_message("checker", out)

@@ -165,7 +165,17 @@ def _post_process(root: Path) -> None:
 
 
 def docker_image_present(tag: str, host: str | None = None) -> bool:
-    return _docker(host, "image", "inspect", "--format", "{{.Id}}", tag).returncode == 0
+    """Whether `tag` exists; raises SandboxUnavailable when the engine itself does not answer
+    (so that a restarting daemon is never mistaken for a missing image)."""
+    probe = _docker(host, "image", "inspect", "--format", "{{.Id}}", tag)
+    if probe.returncode == 0:
+        return True
+    if "no such image" in probe.stderr.lower():
+        return False
+    raise SandboxUnavailable(
+        f"docker engine at {host or 'the default socket'} did not answer: "
+        f"{probe.stderr.strip()[:300]}"
+    )
 
 
 def _docker(host: str | None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -194,26 +204,28 @@ def ensure_image(tag: str | None = None, *, host: str | None = None) -> str:
 def _import(root: Path, tag: str, host: str | None) -> None:
     log.info("importing %s into docker as %s", root, tag)
     cli = ["docker", "-H", host] if host else ["docker"]
+    changes = [
+        "--change",
+        "USER 65534:65534",
+        "--change",
+        "WORKDIR /tmp",
+        "--change",
+        'CMD ["sleep", "infinity"]',
+    ]
     tar = subprocess.Popen(
         ["tar", "-C", str(root), "--exclude=./.gspo-complete", "-c", "."], stdout=subprocess.PIPE
     )
-    imp = subprocess.run(
-        [
-            *cli,
-            "import",
-            "--change",
-            "USER 65534:65534",
-            "--change",
-            "WORKDIR /tmp",
-            "--change",
-            'CMD ["sleep", "infinity"]',
-            "-",
-            tag,
-        ],
-        stdin=tar.stdout,
-        capture_output=True,
-        text=True,
-    )
-    tar.wait()
-    if imp.returncode != 0 or tar.returncode != 0:
-        raise ImageBuildError(f"docker import failed: {imp.stderr.strip()}")
+    assert tar.stdout is not None
+    code, err = -1, "docker import did not run"
+    try:
+        imp = subprocess.run(
+            [*cli, "import", *changes, "-", tag], stdin=tar.stdout, capture_output=True, text=True
+        )
+        code, err = imp.returncode, imp.stderr
+    finally:
+        tar.stdout.close()  # else tar blocks forever on a pipe nobody reads if import died
+        if code != 0 and tar.poll() is None:
+            tar.kill()
+        tar.wait()
+    if code != 0 or tar.returncode != 0:
+        raise ImageBuildError(f"docker import failed: {err.strip()}")
