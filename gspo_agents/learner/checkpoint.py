@@ -235,12 +235,22 @@ def _copy_non_weight_files(src: Path, dst: Path) -> None:
 def _export_tensors(state: dict, model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     out = {}
-    for name, t in state.items():
+    for name, t in _checkpoint_layout(model, state).items():
         if tied and name == "lm_head.weight":
             continue  # stored once, as the input embedding
         t = t.detach()
         out[name] = (t.to(dtype) if t.is_floating_point() else t).contiguous()
     return out
+
+
+def _checkpoint_layout(model: nn.Module, state: dict) -> dict:
+    """Undo transformers' load-time weight conversions (e.g. Qwen3-MoE experts fused into one
+    tensor in memory) so the export has the on-disk names other engines (SGLang) expect."""
+    try:
+        from transformers.modeling_utils import revert_weight_conversion
+    except ImportError:  # transformers < 5 keeps the on-disk layout in memory
+        return state
+    return revert_weight_conversion(model, dict(state))
 
 
 def _shards(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
