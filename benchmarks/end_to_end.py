@@ -31,7 +31,12 @@ and all other one-time setup are excluded. CPU-s per step is the worker process'
 the same intervals (all its threads); on a shared machine it is less sensitive to other people's
 jobs than the wall clock. "rollout" is ours `rollout/wall_s` (generate + env.step) and TRL's
 `_generate` + `_calculate_rewards`; generation tokens/s = completion tokens / rollout seconds.
-Not part of the test suite.
+
+Threads: by default each worker keeps torch's thread count. On a machine other jobs share, a
+multi-threaded OpenMP forward stalls whenever one of its threads is descheduled, so TRL's steps
+swing from ~0.6 s to ~20 s at random and its mean says more about the neighbours than about TRL;
+there, compare with `--threads 1` (both sides single-threaded: like for like) and the CPU-s
+columns, and look at the median. Not part of the test suite.
 """
 
 from __future__ import annotations
