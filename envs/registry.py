@@ -96,8 +96,10 @@ def registered_ids() -> list[str]:
 def resolve_id(name_or_id: str) -> str:
     """Map a short name or id to a registered id; unknown names raise ValueError with hints."""
     register_builtin_envs()
-    load_plugins()
     env_id = SHORT_NAMES.get(name_or_id, name_or_id)
+    if env_id in gym.registry:  # the hot path: the trainer makes one env per trajectory
+        return env_id
+    load_plugins()
     if env_id in gym.registry:
         return env_id
     if load_plugins(rescan=True) and env_id in gym.registry:  # installed since we last looked
