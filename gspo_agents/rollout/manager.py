@@ -37,6 +37,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -445,7 +446,7 @@ class RolloutManager:
     async def _env_step(self, env: TextEnv, action: str, stats: _Stats):
         started = time.perf_counter()
         try:
-            return await env.astep(action)
+            return _checked_step(await env.astep(action))
         except InfraError as exc:
             raise _TrajectoryFailed("env_infra", f"InfraError: {exc}") from exc
         except Exception as exc:  # an env that raises is reported, never scored
@@ -456,6 +457,29 @@ class RolloutManager:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+def _checked_step(result: Any) -> tuple[list, float, bool, bool, dict]:
+    """The env's step result, validated: a malformed one is that env's bug, reported on its
+    trajectory (env_exception), never a crash of the batch and never a NaN in the advantages."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        raise TypeError(
+            "step must return (messages, reward, terminated, truncated, info), "
+            f"got {type(result).__name__} {str(result)[:80]!r}"
+        )
+    obs, reward, terminated, truncated, info = result
+    try:
+        reward = float(reward)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"step returned a non-numeric reward {reward!r}") from exc
+    if not math.isfinite(reward):
+        raise ValueError(f"step returned a non-finite reward {reward!r}")
+    if not isinstance(obs, list) or not isinstance(info, dict):
+        raise TypeError(
+            f"step must return a list of messages and an info dict, got "
+            f"{type(obs).__name__} and {type(info).__name__}"
+        )
+    return obs, reward, bool(terminated), bool(truncated), info
+
+
 def _oldest_version(traj: Trajectory) -> int | None:
     # Versions only grow along a trajectory, so the first model token is the oldest one; this
     # avoids walking every token on every turn. An engine that answered from older weights

@@ -76,16 +76,6 @@ async def test_env_exceptions_are_counted_errors_and_the_step_trains(engine, mod
     learner.close()
 
 
-_MALFORMED = pytest.mark.xfail(
-    strict=True,
-    reason="BUG gspo_agents/rollout/manager.py _episode: the env's return value is used outside "
-    "the _env_step try (5-tuple unpacking, float(reward)), so a malformed return raises out of "
-    "collect() and kills the batch, and a NaN reward is accepted and poisons its group's "
-    "advantages; it should mark that trajectory error (env_exception) like a raising step.",
-)
-
-
-@_MALFORMED
 @pytest.mark.parametrize("fault", ["nan_reward", "none_reward", "bad_tuple"])
 async def test_malformed_step_return_is_an_error_not_a_crash(engine, model_dir, fault):
     result = await _manager(engine, model_dir, fault).collect(_tasks(2))
