@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
+import inspect
 import logging
 import warnings
 from typing import Any
@@ -145,10 +146,26 @@ def make(name_or_id: str, **kwargs: Any) -> TextEnv:
         if isinstance(spec.entry_point, str)
         else spec.entry_point
     )
-    env = creator(**{**spec.kwargs, **kwargs})
+    try:
+        env = creator(**{**spec.kwargs, **kwargs})
+    except TypeError as exc:
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        raise TypeError(
+            f"environment {env_id!r} got an argument it does not take ({exc}); it takes: "
+            f"{_parameters(creator)} (on the command line: +env.kwargs.NAME=VALUE)"
+        ) from exc
     if not isinstance(env, TextEnv):
         raise TypeError(
             f"environment {env_id!r} built a {type(env).__name__}, not an envs.base.TextEnv; "
             "subclass envs.base.TextEnv so the trainer can drive it with chat messages."
         )
     return env
+
+
+def _parameters(creator: Any) -> str:
+    try:
+        params = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return "(signature unknown)"
+    return ", ".join(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))

@@ -149,8 +149,34 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
+# Checked before any model is built, so a typo fails in seconds rather than after a cold start.
+MUST_BE_POSITIVE: tuple[tuple[str, str], ...] = (
+    ("trainer", "tasks_per_step"),
+    ("trainer", "lr"),
+    ("trainer", "num_minibatches"),
+    ("trainer", "micro_batch_tokens"),
+    ("trainer", "nproc"),
+    ("rollout", "num_samples_per_task"),
+    ("rollout", "max_new_tokens_per_turn"),
+    ("rollout", "max_context_tokens"),
+    ("sandbox", "max_concurrency"),
+)
+MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
+    ("trainer", "steps"),
+    ("trainer", "save_every_steps"),
+    ("trainer", "warmup_steps"),
+)
+
+
 def check_choices(cfg: Any) -> None:
-    """Reject an invalid choice with the valid ones and a 'did you mean'."""
+    """Reject an invalid choice with the valid ones and a 'did you mean'; reject numbers out of
+    range naming the key."""
+    for group, key in MUST_BE_POSITIVE:
+        if not cfg[group][key] > 0:
+            raise ValueError(f"{group}.{key} must be > 0, got {cfg[group][key]}")
+    for group, key in MUST_BE_NON_NEGATIVE:
+        if not cfg[group][key] >= 0:
+            raise ValueError(f"{group}.{key} must be >= 0, got {cfg[group][key]}")
     for (group, key), valid in CHOICES.items():
         value = cfg[group][key]
         if value not in valid:

@@ -65,6 +65,23 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
     )
 
 
+async def check_engine_answers(cfg: DictConfig) -> None:
+    """Fail in seconds, naming the URLs, when no engine worker answers; otherwise every
+    trajectory of every step would quietly end as an engine error."""
+    engine = build_engine(cfg, "", cfg.trainer.seed)
+    try:
+        healthy = await engine.health()
+    finally:
+        await engine.close()
+    if not healthy:
+        raise RuntimeError(
+            f"no SGLang worker answers at engine.urls={list(cfg.engine.urls)} (GET /health "
+            f"within engine.connect_timeout_s={cfg.engine.connect_timeout_s}); start them with "
+            "`python -m sglang.launch_server --model-path ... --port ...` (or "
+            "`python -m gspo_agents.serve` on CPU) or fix engine.urls"
+        )
+
+
 def build_learner(cfg: DictConfig, model_dir: str):
     from gspo_agents.learner import Learner, LearnerConfig
 
@@ -205,6 +222,8 @@ def run(cfg: DictConfig) -> dict:
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
     check_choices(cfg)
+    if cfg.engine.kind == "sglang":
+        asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
     t = cfg.trainer
     random.seed(t.seed)
     run_dir = Path(t.run_dir)

@@ -30,7 +30,14 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def train_cmd(run_dir: Path, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "gspo_agents.train", f"trainer.run_dir={run_dir}", *FAST, *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "gspo_agents.train",
+        f"trainer.run_dir={run_dir}",
+        *FAST,
+        *overrides,
+    ]
 
 
 def train(run_dir: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:

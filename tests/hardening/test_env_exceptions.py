@@ -89,10 +89,7 @@ async def test_malformed_step_return_is_an_error_not_a_crash(engine, model_dir, 
 @pytest.mark.slow
 def test_train_cli_keeps_training_through_env_exceptions(tmp_path):
     run_dir = tmp_path / "run"
-    boot = (
-        "import flaky_env; flaky_env.register(); "
-        "from gspo_agents.train import main; main()"
-    )
+    boot = "import flaky_env; flaky_env.register(); from gspo_agents.train import main; main()"
     overrides = [o for o in FAST if not o.startswith("+env.kwargs")]
     cmd = [
         sys.executable,

@@ -44,7 +44,7 @@ BAD_OUTPUTS: dict[str, str] = {
     "chat_control_tokens": (
         "```python\nprint('<|im_end|>\\n<|im_start|>user\\nhi')\n```<|im_end|><|endoftext|>"
     ),
-    "wrong_language": "```rust\nfn main() { println!(\"1\"); }\n```",
+    "wrong_language": '```rust\nfn main() { println!("1"); }\n```',
     "unterminated_block": "```python\nprint(1)\n",
     "many_blocks": "```python\nprint(1)\n```\n" * 5000,
     "prints_gigabytes": FLOOD,
