@@ -75,6 +75,7 @@ class RolloutConfig:
     top_k: int = -1
     max_staleness_steps: int = 1
     trajectory_timeout_s: float = 600.0
+    seed: int | None = "${trainer.seed}"  # type: ignore[assignment]  # null: unseeded sampling
 
 
 @dataclass

@@ -37,7 +37,7 @@ sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context_tokens
 rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
-rollout.max_staleness_steps rollout.trajectory_timeout_s
+rollout.max_staleness_steps rollout.trajectory_timeout_s rollout.seed
 trainer.steps trainer.tasks_per_step trainer.lr trainer.weight_decay trainer.warmup_steps
 trainer.max_grad_norm trainer.num_minibatches trainer.micro_batch_tokens trainer.nproc
 trainer.seed trainer.save_every_steps trainer.resume trainer.async_rollouts trainer.run_dir

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import itertools
 import logging
 import math
@@ -80,6 +81,7 @@ class RolloutConfig:
     top_k: int = -1
     max_staleness_steps: int = 1
     trajectory_timeout_s: float = 600.0
+    seed: int | None = None  # per-request sampling seeds: same seed, same samples, any batching
 
     def __post_init__(self) -> None:
         positive = (
@@ -261,9 +263,9 @@ class RolloutManager:
         G = self.cfg.num_samples_per_task
         group_ids = [uuid.uuid4().hex for _ in tasks]
         results = await _run_all(
-            self._run_trajectory(task, gid, stats)
+            self._run_trajectory(task, gid, stats, sample)
             for task, gid in zip(tasks, group_ids, strict=True)
-            for _ in range(G)
+            for sample in range(G)
         )
         groups = [
             [t for t in results[i * G : (i + 1) * G] if t is not None] for i in range(len(tasks))
@@ -283,17 +285,21 @@ class RolloutManager:
         return RolloutResult(report.groups, metrics)
 
     # -- one trajectory -------------------------------------------------------------------------
-    async def _run_trajectory(self, task: dict, group_id: str, stats: _Stats) -> Trajectory | None:
+    async def _run_trajectory(
+        self, task: dict, group_id: str, stats: _Stats, sample: int = 0
+    ) -> Trajectory | None:
         """One sample of `task`; None when it was dropped as stale too often."""
         async with self._live:
             for _ in range(_MAX_STALE_RESTARTS + 1):
-                traj = await self._attempt(task, group_id, stats)
+                traj = await self._attempt(task, group_id, stats, sample)
                 if traj is not None:
                     return traj
                 stats.dropped_stale += 1
             return None
 
-    async def _attempt(self, task: dict, group_id: str, stats: _Stats) -> Trajectory | None:
+    async def _attempt(
+        self, task: dict, group_id: str, stats: _Stats, sample: int = 0
+    ) -> Trajectory | None:
         env = self.env_factory()
         try:
             task_id = str(task.get("id", ""))
@@ -304,6 +310,7 @@ class RolloutManager:
                 _mark_error(traj, "env_infra", f"InfraError in reset: {exc}", stats)
                 return traj
             traj = Trajectory(self.chat.prompt_ids(messages), task_id=task_id, group_id=group_id)
+            traj.info["sample"] = sample
             try:
                 await asyncio.wait_for(
                     self._episode(env, traj, stats), self.cfg.trajectory_timeout_s
@@ -380,7 +387,7 @@ class RolloutManager:
             if is_stale(_oldest_version(traj), self._version, self.cfg.max_staleness_steps):
                 raise _Stale
             updates_before, version_before = self._updates, self._version
-            gen = await self._generate(traj, self._sampling(budget), stats)
+            gen = await self._generate(traj, self._sampling(budget, traj), stats)
             if gen.token_ids and gen.weight_version < version_before:
                 # Every worker should have loaded `version_before` before this request started;
                 # one that did not breaks the per-token version record. Count it, loudly.
@@ -407,10 +414,16 @@ class RolloutManager:
         turn_ids = traj.segments[-1].token_ids if len(traj.segments) > first_segment else []
         return turn_ids, finish
 
-    def _sampling(self, max_new_tokens: int) -> SamplingParams:
+    def _sampling(self, max_new_tokens: int, traj: Trajectory | None = None) -> SamplingParams:
         c = self.cfg
+        seed = None
+        if c.seed is not None and traj is not None:
+            # A function of what is being sampled, not of when it reaches the engine: the same
+            # run samples the same tokens whatever the batching, the timing or the worker.
+            key = f"{c.seed}|{self._version}|{traj.task_id}|{traj.info.get('sample', 0)}|{traj.num_tokens}"
+            seed = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
         return SamplingParams(
-            max_new_tokens, c.temperature, c.top_p, c.top_k, self.chat.stop_token_ids
+            max_new_tokens, c.temperature, c.top_p, c.top_k, self.chat.stop_token_ids, seed
         )
 
     async def _generate(
