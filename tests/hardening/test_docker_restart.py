@@ -60,6 +60,17 @@ async def _restart_in_background(dockerd, after_s: float) -> None:
         raise errors[0]
 
 
+async def _judge_later(sb: Sandbox, task: dict, action: str, delay_s: float):
+    """A fresh env's reward for `action` after `delay_s`, or "InfraError"."""
+    await asyncio.sleep(delay_s)
+    env = envs.make("codeforces", sandbox=sb)
+    env.reset(options={"task": task})
+    try:
+        return (await env.astep(action))[1]
+    except InfraError:
+        return "InfraError"
+
+
 async def _until_ok(sb: Sandbox, attempts: int) -> list[Verdict]:
     seen = []
     for _ in range(attempts):
@@ -79,10 +90,14 @@ async def test_restart_mid_run_loses_no_reward_and_the_pool_recovers(dockerd):
         assert (await env.astep(env.reference_response(task)))[1] == 1.0  # warm pool, right
 
         in_flight = asyncio.ensure_future(sb.run(SLEEPY, CASE, LIMITS))
+        # A right answer submitted while the daemon is shutting down: 1.0 or InfraError, not 0.
+        during = asyncio.ensure_future(_judge_later(sb, task, env.reference_response(task), 4.0))
         await _restart_in_background(dockerd, after_s=1.5)
         lost = await in_flight
         # Lost with the daemon: an infrastructure verdict, never a wrong answer or a crash.
         assert lost.verdict is Verdict.SE, lost
+        outcome = await during
+        assert outcome == "InfraError" or outcome == 1.0, outcome
 
         # The pool recovers: stale warm containers are dropped, fresh ones start.
         seen = await _until_ok(sb, attempts=4)

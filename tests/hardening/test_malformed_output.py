@@ -182,6 +182,7 @@ def _turn_tokens(tok, env, task) -> list[list[int]]:
     ]
 
 
+@pytest.mark.docker
 async def test_a_training_step_with_malformed_outputs_completes():
     sandbox = _docker()
     model_dir = resolve_model(ModelConfig(name="tiny"))
