@@ -31,9 +31,11 @@ def _logged(run_dir: Path, at_least: int):
     return lambda: len(metric_rows(run_dir)) >= at_least
 
 
-def test_sigterm_writes_a_final_checkpoint_and_exits_cleanly(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async_rollouts"])
+def test_sigterm_writes_a_final_checkpoint_and_exits_cleanly(tmp_path, mode):
     run_dir = tmp_path / "run"
-    proc = start_train(run_dir, LONG, log=tmp_path / "train.log")
+    async_flag = f"trainer.async_rollouts={mode == 'async_rollouts'}"
+    proc = start_train(run_dir, LONG, async_flag, log=tmp_path / "train.log")
     try:
         wait_for(_logged(run_dir, 1), 240, "the first training step", proc)
         proc.send_signal(signal.SIGTERM)
@@ -50,7 +52,7 @@ def test_sigterm_writes_a_final_checkpoint_and_exits_cleanly(tmp_path):
     assert checkpoint_step(run_dir) == last  # the final checkpoint holds the last step
     assert (run_dir / "weights" / f"step{last}" / "config.json").exists()
 
-    resumed = train(run_dir, f"trainer.steps={last + 1}", "trainer.resume=true")
+    resumed = train(run_dir, f"trainer.steps={last + 1}", "trainer.resume=true", async_flag)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [r["step"] for r in metric_rows(run_dir)] == list(range(1, last + 2))
 
