@@ -158,3 +158,16 @@ def test_train_cli_disk_full_reports_and_resume_uses_the_last_good_checkpoint(tm
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # step 3 redone from step 2's state; its row from the failed run replaced, not duplicated
     assert [r["step"] for r in metric_rows(run_dir)] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_failed_save_under_fsdp2_fails_on_every_rank_without_hanging(tmpfs, model_dir):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "dist"))
+    from launch import torchrun
+
+    script = Path(__file__).resolve().parent / "dist_ckpt_fault.py"
+    out = torchrun(str(script), model_dir, str(tmpfs), nproc=2, timeout_s=240)
+    for rank in (0, 1):
+        assert f"rank {rank}: CheckpointError: could not save the checkpoint" in out, out
+        assert f"rank {rank}: saved again, step 2" in out, out
+    assert "read-only filesystem?!" not in out
