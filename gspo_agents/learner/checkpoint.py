@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from gspo_agents.learner.errors import CheckpointError
-from gspo_agents.learner.parallel import ProcessInfo, all_reduce_, barrier
+from gspo_agents.learner.parallel import ProcessInfo, all_reduce_
 
 WEIGHT_SUFFIXES = (
     ".safetensors",
@@ -211,9 +211,12 @@ def export_hf(
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)
-    if info.rank == 0:
-        final = Path(out_dir)
-        tmp = final.with_name(final.name + ".tmp")
+    final = Path(out_dir)
+    tmp = final.with_name(final.name + ".tmp")
+
+    def write() -> None:
+        if info.rank != 0:
+            return
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         _copy_non_weight_files(Path(source_dir), tmp)
@@ -222,8 +225,17 @@ def export_hf(
             save_file(shard, str(tmp / name), metadata={"format": "pt"})
         _write_shard_index(tmp, shards)
         _swap_into_place(tmp, final)
-    barrier(info)
-    return str(Path(out_dir))
+
+    try:
+        _on_every_rank(write, info)  # also the barrier: every rank learns of rank 0's failure
+    except _SaveFailed as exc:
+        if info.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(
+            f"could not export the HF weights to {final}: {exc} ({_free_space(final.parent)}); "
+            f"free space on or make writable {final.parent}"
+        ) from exc.__cause__
+    return str(final)
 
 
 def _copy_non_weight_files(src: Path, dst: Path) -> None:

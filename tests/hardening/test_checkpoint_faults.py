@@ -137,6 +137,25 @@ def test_read_only_checkpoint_directory_keeps_the_previous_checkpoint(tmpfs, mod
     learner.close()
 
 
+def test_disk_full_during_weight_export_keeps_the_previous_export(tmpfs, model_dir):
+    from safetensors.torch import load_file
+
+    learner = _trained(model_dir)
+    first = Path(learner.export_hf(str(tmpfs / "weights" / "step1")))
+    size = sum(f.stat().st_size for f in first.iterdir())
+    filler = fill(tmpfs, leave_bytes=size // 2)
+    with pytest.raises(CheckpointError) as caught:
+        learner.export_hf(str(tmpfs / "weights" / "step2"))
+    assert "could not export the HF weights" in str(caught.value)
+    assert "MiB free on that filesystem" in str(caught.value)
+    assert not (tmpfs / "weights" / "step2").exists()
+    assert not (tmpfs / "weights" / "step2.tmp").exists()
+    assert load_file(str(first / "model.safetensors"))  # the previous export is whole
+    filler.unlink()
+    assert Path(learner.export_hf(str(tmpfs / "weights" / "step2"))).is_dir()
+    learner.close()
+
+
 @pytest.mark.slow
 def test_train_cli_disk_full_reports_and_resume_uses_the_last_good_checkpoint(tmpfs):
     run_dir = tmpfs / "run"
