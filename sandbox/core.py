@@ -56,6 +56,11 @@ def build_backend(name: str, slots: int, options: dict[str, Any]) -> Backend:
     return backend
 
 
+# Pauses before re-running a run lost to the infrastructure (a restarting Docker daemon takes
+# a few seconds to answer again); after the last one the run is SE.
+RETRY_BACKOFF_S = (1.0, 4.0)
+
+
 class Sandbox:
     """Runs untrusted programs against tests on one backend, at most `max_concurrency` at once.
 
@@ -139,7 +144,7 @@ class Sandbox:
         request = self._request(program, [{"stdin": t.stdin} for t in tests], limits, interactive)
         async with self._sem:
             try:
-                out = await self._backend.execute(request, keep_going, _budget(limits, len(tests)))
+                out = await self._execute_with_retries(request, keep_going, limits, len(tests))
             except (BackendFailure, OSError) as exc:  # OSError: the backend's binary vanished
                 return self._system_error(tests, str(exc))
             result = self._assemble(out, tests, judge, early_stop)
@@ -148,6 +153,28 @@ class Sandbox:
         return result
 
     # ---- internals ----------------------------------------------------------------------
+    async def _execute_with_retries(self, request, keep_going, limits: Limits, num_tests: int):
+        """A run lost to the infrastructure (container killed, daemon restarted, runner crash)
+        is re-run on a fresh sandbox: judging is a pure function of program and tests, so a
+        retry cannot change a verdict, only recover one. The last failure is raised (-> SE)."""
+        for attempt, pause_s in enumerate((*RETRY_BACKOFF_S, None)):
+            try:
+                out = await self._backend.execute(request, keep_going, _budget(limits, num_tests))
+            except (BackendFailure, OSError) as exc:
+                if pause_s is None:
+                    raise
+                reason = str(exc)
+            else:
+                if out.finished or pause_s is None:  # not finished: the runner died mid-run
+                    return out
+                reason = _crash_message(self.backend_name, out)
+            log.warning(
+                "sandbox %s: run lost (%s); retry %d in %.0f s",
+                self.backend_name, reason, attempt + 1, pause_s,
+            )  # fmt: skip
+            await asyncio.sleep(pause_s)
+        raise AssertionError("unreachable")
+
     def _request(
         self, program: Program, tests: list[dict[str, Any]], limits: Limits, interactive: bool
     ) -> dict[str, Any]:
@@ -220,8 +247,8 @@ class Sandbox:
         ]
         request = self._request(judge.checker, files, CHECKER_LIMITS, False)
         try:
-            out = await self._backend.execute(
-                request, lambda _: True, _budget(CHECKER_LIMITS, len(todo))
+            out = await self._execute_with_retries(
+                request, lambda _: True, CHECKER_LIMITS, len(todo)
             )
         except (BackendFailure, OSError) as exc:
             return self._system_error(tests, f"checker: {exc}")

@@ -220,8 +220,7 @@ async def test_infrastructure_failure_is_se_never_a_wrong_answer() -> None:
             )
             await proc.wait()
         result = await sb.run(A_PLUS_B_PY, [TestCase("1 2\n", "3")])
-        assert result.verdict is Verdict.SE, result
-        assert "runner" in result.tests[0].message or "docker" in result.tests[0].message
+        assert result.verdict is Verdict.OK, result  # the lost run was retried on a fresh one
         # ... and the broken container was replaced.
         assert (await sb.run(A_PLUS_B_PY, [TestCase("1 2\n", "3")])).verdict is Verdict.OK
     finally:
