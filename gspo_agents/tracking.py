@@ -81,6 +81,27 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def drop_rows_after(run_dir: str | Path, step: int) -> None:
+    """A resumed run redoes the steps after its checkpoint; their rows from before the crash go,
+    so metrics.jsonl holds each step once."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [ln for ln in lines if _row_step(ln) <= step]
+    if len(kept) != len(lines):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _row_step(line: str) -> float:
+    try:
+        return float(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError):  # a line torn by a kill mid-write
+        return float("inf")
+
+
 def _start_wandb(run_dir: Path, config, mode: str, project: str, name: str | None):
     import wandb
 

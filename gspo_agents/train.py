@@ -8,7 +8,6 @@ The rollout side and the learner never import each other; weights cross as an HF
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import shutil
@@ -21,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents.batching import prepare_batch, tasks_for_step
 from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
-from gspo_agents.tracking import METRICS_FILE, RunTracker
+from gspo_agents.tracking import RunTracker, drop_rows_after
 
 CONSOLE_KEYS = ["reward_mean", "loss", "clip_frac_tokens", "ratio_max", "grad_norm", "step_time_s"]
 
@@ -188,26 +187,6 @@ def quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def _drop_metric_rows_after(path: Path, step: int) -> None:
-    """A resumed run redoes the steps after its checkpoint; their rows from before the crash go,
-    so metrics.jsonl holds each step once."""
-    if not path.exists():
-        return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [ln for ln in lines if _row_step(ln) <= step]
-    if len(kept) != len(lines):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, path)
-
-
-def _row_step(line: str) -> float:
-    try:
-        return float(json.loads(line).get("step", 0))
-    except (ValueError, AttributeError):  # a line torn by a kill mid-write
-        return float("inf")
-
-
 def _keep_latest(weights_root: Path, keep: str) -> None:
     for child in weights_root.iterdir():
         if child.name != keep:
@@ -242,7 +221,7 @@ def run(cfg: DictConfig) -> dict:
     # `checkpoint.old` alone: a kill hit the swap of a new checkpoint; the loader falls back to it.
     if t.resume and any((run_dir / n).exists() for n in ("checkpoint", "checkpoint.old")):
         start_step = int(learner.load_checkpoint(str(run_dir / "checkpoint")).get("step", 0))
-        _drop_metric_rows_after(run_dir / METRICS_FILE, start_step)
+        drop_rows_after(run_dir, start_step)
     sandbox = build_sandbox(cfg, cfg.env.name)
     engine = build_engine(cfg, model_dir, t.seed)
     tracker = RunTracker(

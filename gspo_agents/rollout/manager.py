@@ -42,7 +42,7 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from envs.base import TextEnv
@@ -55,6 +55,7 @@ from gspo_agents.rollout.engine import (
     Generation,
     SamplingParams,
 )
+from gspo_agents.rollout.metrics import RolloutStats, stats_metrics, trajectory_metrics
 from gspo_agents.rollout.staleness import drop_stale, is_stale, max_prefetch_depth
 from gspo_agents.trajectory import Status, Trajectory
 
@@ -118,26 +119,6 @@ class RolloutResult:
     @property
     def trajectories(self) -> list[Trajectory]:
         return [t for g in self.groups for t in g]
-
-
-@dataclass(slots=True)
-class _Stats:
-    """Counters of one batch; turned into `RolloutResult.metrics`."""
-
-    started: float = field(default_factory=time.perf_counter)
-    turns: int = 0
-    length_turns: int = 0  # turns ended by max_new_tokens or the context budget
-    env_steps: int = 0
-    env_s: float = 0.0
-    engine_calls: int = 0
-    engine_s: float = 0.0
-    engine_retries: int = 0
-    aborted_generations: int = 0
-    behind_version_generations: int = 0
-    restarted_stale: int = 0
-    dropped_stale: int = 0
-    errors: collections.Counter = field(default_factory=collections.Counter)
-    truncations: collections.Counter = field(default_factory=collections.Counter)
 
 
 class _TrajectoryFailed(Exception):
@@ -259,7 +240,7 @@ class RolloutManager:
         if not all(isinstance(t, dict) for t in tasks):
             bad = next(type(t).__name__ for t in tasks if not isinstance(t, dict))
             raise TypeError(f"task rows must be dicts (from env.load_tasks), got a {bad}")
-        stats = _Stats()
+        stats = RolloutStats()
         G = self.cfg.num_samples_per_task
         group_ids = [uuid.uuid4().hex for _ in tasks]
         results = await _run_all(
@@ -270,7 +251,7 @@ class RolloutManager:
         groups = [
             [t for t in results[i * G : (i + 1) * G] if t is not None] for i in range(len(tasks))
         ]
-        return RolloutResult(groups, _stats_metrics(stats))
+        return RolloutResult(groups, stats_metrics(stats))
 
     def _finish(self, raw: RolloutResult) -> RolloutResult:
         report = drop_stale(raw.groups, self._version, self.cfg.max_staleness_steps)
@@ -281,12 +262,12 @@ class RolloutManager:
         metrics["rollout/staleness_max"] = float(report.max_kept_staleness)
         metrics["rollout/staleness_mean"] = report.mean_kept_staleness
         metrics["rollout/weight_version"] = float(self._version)
-        metrics.update(_trajectory_metrics(report.groups))
+        metrics.update(trajectory_metrics(report.groups))
         return RolloutResult(report.groups, metrics)
 
     # -- one trajectory -------------------------------------------------------------------------
     async def _run_trajectory(
-        self, task: dict, group_id: str, stats: _Stats, sample: int = 0
+        self, task: dict, group_id: str, stats: RolloutStats, sample: int = 0
     ) -> Trajectory | None:
         """One sample of `task`; None when it was dropped as stale too often."""
         async with self._live:
@@ -298,7 +279,7 @@ class RolloutManager:
             return None
 
     async def _attempt(
-        self, task: dict, group_id: str, stats: _Stats, sample: int = 0
+        self, task: dict, group_id: str, stats: RolloutStats, sample: int = 0
     ) -> Trajectory | None:
         env = self.env_factory()
         try:
@@ -327,7 +308,7 @@ class RolloutManager:
         finally:
             env.close()
 
-    async def _episode(self, env: TextEnv, traj: Trajectory, stats: _Stats) -> None:
+    async def _episode(self, env: TextEnv, traj: Trajectory, stats: RolloutStats) -> None:
         """One episode: model turn -> env.astep -> observation ids -> model turn ...
 
         Produces the trajectory's segments, reward and status in place. Waits on the engine (a
@@ -364,7 +345,7 @@ class RolloutManager:
                 return _truncate(traj, "context", stats)
             traj.append_env(obs_ids)
 
-    async def _model_turn(self, traj: Trajectory, stats: _Stats) -> tuple[list[int], str]:
+    async def _model_turn(self, traj: Trajectory, stats: RolloutStats) -> tuple[list[int], str]:
         """Generate one model turn, returning its ids and finish reason.
 
         Waits on the gate (closed by update_weights, reopened when it finishes) and on
@@ -427,7 +408,7 @@ class RolloutManager:
         )
 
     async def _generate(
-        self, traj: Trajectory, sampling: SamplingParams, stats: _Stats
+        self, traj: Trajectory, sampling: SamplingParams, stats: RolloutStats
     ) -> Generation:
         """One engine call with bounded retries of retryable engine errors."""
         input_ids = traj.token_ids
@@ -456,7 +437,7 @@ class RolloutManager:
             "engine", f"engine failed {_ENGINE_ATTEMPTS} times: {type(last).__name__}: {last}"
         ) from last
 
-    async def _env_step(self, env: TextEnv, action: str, stats: _Stats):
+    async def _env_step(self, env: TextEnv, action: str, stats: RolloutStats):
         started = time.perf_counter()
         try:
             return _checked_step(await env.astep(action))
@@ -524,13 +505,13 @@ async def _abort_quietly(engine: Engine, rid: str) -> None:
         log.warning("could not abort request %s: %s", rid, exc)
 
 
-def _truncate(traj: Trajectory, reason: str, stats: _Stats) -> None:
+def _truncate(traj: Trajectory, reason: str, stats: RolloutStats) -> None:
     traj.status = Status.TRUNCATED
     traj.info["truncated_by"] = reason
     stats.truncations[reason] += 1
 
 
-def _mark_error(traj: Trajectory, kind: str, message: str, stats: _Stats) -> None:
+def _mark_error(traj: Trajectory, kind: str, message: str, stats: RolloutStats) -> None:
     traj.status = Status.ERROR
     traj.reward = None
     traj.error = message
@@ -553,48 +534,3 @@ async def _run_all(coros: Iterable[Awaitable[T]]) -> list[T]:
             t.cancel()
         if pending:
             await asyncio.wait(pending)
-
-
-def _stats_metrics(s: _Stats) -> dict[str, float]:
-    wall = time.perf_counter() - s.started
-    m = {
-        "rollout/wall_s": wall,
-        "rollout/turns": float(s.turns),
-        "rollout/turns_per_s": s.turns / wall if wall > 0 else 0.0,
-        "rollout/length_turn_frac": s.length_turns / s.turns if s.turns else 0.0,
-        "rollout/env_steps": float(s.env_steps),
-        "rollout/env_step_s_mean": s.env_s / s.env_steps if s.env_steps else 0.0,
-        "rollout/env_step_s_total": s.env_s,
-        "rollout/engine_calls": float(s.engine_calls),
-        "rollout/engine_s_mean": s.engine_s / s.engine_calls if s.engine_calls else 0.0,
-        "rollout/engine_retries": float(s.engine_retries),
-        "rollout/aborted_generations": float(s.aborted_generations),
-        "rollout/behind_version_generations": float(s.behind_version_generations),
-        "rollout/restarted_stale": float(s.restarted_stale),
-        "rollout/dropped_stale": float(s.dropped_stale),
-    }
-    for kind in ("engine", "env_infra", "env_exception", "timeout"):
-        m[f"rollout/error_{kind}"] = float(s.errors[kind])
-    for reason in ("turns", "context", "prompt"):
-        m[f"rollout/truncated_by_{reason}"] = float(s.truncations[reason])
-    return m
-
-
-def _trajectory_metrics(groups: list[list[Trajectory]]) -> dict[str, float]:
-    trajs = [t for g in groups for t in g]
-    n = len(trajs)
-    m: dict[str, float] = {"rollout/trajectories": float(n), "rollout/groups": float(len(groups))}
-    for status in Status:
-        count = sum(t.status == status for t in trajs)
-        m[f"rollout/{status.value}"] = float(count)
-        m[f"rollout/{status.value}_frac"] = count / n if n else 0.0
-    scored = [t for t in trajs if t.trainable]
-    m["rollout/reward_mean"] = sum(t.reward for t in scored) / len(scored) if scored else 0.0  # type: ignore[misc]
-    m["rollout/response_tokens_mean"] = sum(t.num_model_tokens for t in trajs) / n if n else 0.0
-    m["rollout/tokens_mean"] = sum(t.num_tokens for t in trajs) / n if n else 0.0
-    m["rollout/num_turns_mean"] = sum(t.num_turns for t in trajs) / n if n else 0.0
-    m["rollout/mixed_version_trajectories"] = float(sum(len(set(t.versions)) > 1 for t in trajs))
-    spread = [g for g in groups if len([t for t in g if t.trainable]) >= 2]
-    zero = sum(len({t.reward for t in g if t.trainable}) == 1 for g in spread)
-    m["rollout/zero_spread_group_frac"] = zero / len(spread) if spread else 0.0
-    return m
