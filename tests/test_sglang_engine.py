@@ -283,7 +283,7 @@ async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path
             revived.kill()
             revived = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
             boot_versions = []
-            for _ in range(10):  # a pooled connection to the dead process may fail over once
+            for _ in range(40):  # a pooled connection to the dead process may fail over once
                 await asyncio.sleep(0.6)
                 first = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-y")
                 boot_versions.append(first.weight_version)

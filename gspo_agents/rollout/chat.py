@@ -75,7 +75,9 @@ class ChatFormat:
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         specials = set(getattr(tokenizer, "all_special_tokens", []) or [])
         specials |= {str(t) for t in added.values() if getattr(t, "special", False)}
-        self._special_texts = tuple(sorted((t for t in specials if len(t) > 1), key=len, reverse=True))
+        self._special_texts = tuple(
+            sorted((t for t in specials if len(t) > 1), key=len, reverse=True)
+        )
         self._render_fast = _fast_renderer(tokenizer)
         self._encode_fast = _fast_encoder(tokenizer)
         self._decode_fast = _fast_decoder(tokenizer, self)

@@ -237,7 +237,7 @@ class LocalServer:
         return JSONResponse({"success": True})
 
     async def init_weights_group(self, request: Request) -> JSONResponse:
-        from gspo_agents.rollout.sglang_engine import init_weights_group
+        from gspo_agents.rollout.weight_group import init_weights_group
 
         body = await request.json()
         name = str(body.get("group_name", "weight_update_group"))

@@ -46,10 +46,19 @@ from gspo_agents.rollout.engine import (
     EngineRequestError,
     EngineTimeout,
     EngineUnavailable,
-    FinishReason,
     Generation,
     SamplingParams,
 )
+from gspo_agents.rollout.sglang_wire import (
+    check_success,
+    disk_update_body,
+    error_message,
+    json_body,
+    parse_generation,
+    parse_version,
+    sampling_json,
+)
+from gspo_agents.rollout.weight_group import broadcast_tensors, destroy_group, init_weights_group
 
 log = logging.getLogger(__name__)
 
@@ -65,61 +74,6 @@ def route_key_of(request_id: str) -> str:
 
 def _score(key: str, url: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{key}\0{url}".encode(), digest_size=8).digest(), "big")
-
-
-def sampling_json(sampling: SamplingParams) -> dict[str, Any]:
-    """Explicit sampling params: server defaults come from the model's generation_config."""
-    params: dict[str, Any] = {
-        "max_new_tokens": sampling.max_new_tokens,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
-        "stop_token_ids": list(sampling.stop_token_ids),
-        "skip_special_tokens": False,
-        "no_stop_trim": True,
-    }
-    if sampling.seed is not None:
-        params["sampling_seed"] = sampling.seed
-    return params
-
-
-def parse_version(raw: Any, fallback: int) -> int:
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        return fallback  # SGLang's default version is the string "default"
-
-
-def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> Generation:
-    """A /generate response → Generation, tolerating the shape drift of SGLang 0.5.x."""
-    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
-        raise EngineError(f"/generate answered without meta_info: {str(body)[:200]}")
-    meta = body["meta_info"]
-    pairs = meta.get("output_token_logprobs")
-    if pairs is None:
-        raise EngineError("/generate answered without output_token_logprobs (return_logprob)")
-    tokens = [int(p[1]) for p in pairs]
-    logprobs = [float(p[0]) for p in pairs]
-    raw = meta.get("finish_reason")
-    kind = raw.get("type") if isinstance(raw, dict) else raw
-    reason: FinishReason
-    if kind in ("stop", "length", "abort"):
-        reason = kind
-    else:  # None: some builds omit it on abort
-        reason = "length" if len(tokens) >= max_new_tokens else "abort"
-    return Generation(
-        token_ids=tokens,
-        logprobs=logprobs,
-        finish_reason=reason,
-        weight_version=parse_version(meta.get("weight_version"), fallback_version),
-        meta={
-            "prompt_tokens": meta.get("prompt_tokens"),
-            "cached_tokens": meta.get("cached_tokens", 0),
-            "e2e_latency": meta.get("e2e_latency"),
-            "matched": raw.get("matched") if isinstance(raw, dict) else None,
-            "abort_message": raw.get("message") if isinstance(raw, dict) else None,
-        },
-    )
 
 
 @dataclass(slots=True)
@@ -320,12 +274,14 @@ class SGLangEngine:
                     await asyncio.shield(self._abort_quietly(url, wire))
                 continue
             if resp.status_code >= 500:
-                failures.append(f"{url}: HTTP {resp.status_code}: {_message(resp)}")
+                failures.append(f"{url}: HTTP {resp.status_code}: {error_message(resp)}")
                 self._mark_down(url)
                 continue
             if resp.status_code >= 400:
-                raise EngineRequestError(f"{url}/generate rejected the request: {_message(resp)}")
-            gen = parse_generation(_json(resp), self._version, sampling.max_new_tokens)
+                raise EngineRequestError(
+                    f"{url}/generate rejected the request: {error_message(resp)}"
+                )
+            gen = parse_generation(json_body(resp), self._version, sampling.max_new_tokens)
             if epoch == self._update_epoch and gen.weight_version != self._version:
                 self._notice_stale(url, gen.weight_version)
             return gen
@@ -359,7 +315,7 @@ class SGLangEngine:
         await self._ensure_started()
         await self._broadcast(
             "/update_weights_from_disk",
-            _disk_update(path, version),
+            disk_update_body(path, version),
             timeout=self._update_s,
             weight_update=True,
         )
@@ -379,7 +335,7 @@ class SGLangEngine:
                     break
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
             else:
-                raise EngineError(f"{worker.url}/flush_cache kept failing: {_message(resp)}")
+                raise EngineError(f"{worker.url}/flush_cache kept failing: {error_message(resp)}")
 
     async def health(self) -> bool:
         try:
@@ -403,7 +359,7 @@ class SGLangEngine:
     async def close(self) -> None:
         await self._client.aclose()
         for group in self._groups.values():
-            _destroy_group(group)
+            destroy_group(group)
         self._groups.clear()
 
     # --- routing and worker state --------------------------------------------------------------
@@ -448,10 +404,10 @@ class SGLangEngine:
                             worker.url,
                             "POST",
                             "/update_weights_from_disk",
-                            _disk_update(path, version),
+                            disk_update_body(path, version),
                             self._update_s,
                         )
-                        _check_success(worker.url, "/update_weights_from_disk", resp)
+                        check_success(worker.url, "/update_weights_from_disk", resp)
                     worker.stale = False
                     log.info("SGLang worker %s is back and in sync", worker.url)
                 except EngineError as exc:
@@ -485,7 +441,7 @@ class SGLangEngine:
 
     async def _control(self, url: str, path: str, body: dict, timeout: float | None = None) -> None:
         resp = await self._request(url, "POST", path, body, timeout or self._control_s)
-        _check_success(url, path, resp)
+        check_success(url, path, resp)
 
     async def _broadcast(
         self, path: str, body: dict, *, timeout: float | None = None, weight_update: bool = False
@@ -600,7 +556,7 @@ class SGLangEngine:
             self._control(w.url, "/update_weights_from_distributed", body, self._update_s)
             for w in self._workers
         ]
-        send = asyncio.to_thread(_broadcast_tensors, group, [t for _, t in items])
+        send = asyncio.to_thread(broadcast_tensors, group, [t for _, t in items])
         results = await asyncio.gather(send, *calls, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
@@ -609,100 +565,10 @@ class SGLangEngine:
         self._update_epoch += 1
 
 
-def _disk_update(path: str, version: int) -> dict[str, Any]:
-    return {
-        "model_path": path,
-        "load_format": None,
-        "abort_all_requests": False,
-        "weight_version": str(version),
-        "flush_cache": True,
-    }
-
-
-def _json(resp: httpx.Response) -> Any:
-    try:
-        return resp.json()
-    except ValueError as exc:
-        raise EngineError(f"non-JSON answer from {resp.request.url}: {resp.text[:200]}") from exc
-
-
-def _message(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:300]
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and "message" in err:
-            return str(err["message"])
-        for key in ("message", "detail", "error"):
-            if key in body:
-                return str(body[key])
-    return str(body)[:300]
-
-
-def _check_success(url: str, path: str, resp: httpx.Response) -> None:
-    if 400 <= resp.status_code < 500:
-        raise EngineRequestError(f"{url}{path} rejected: {_message(resp)}")
-    if resp.status_code >= 500:
-        raise EngineError(f"{url}{path} failed: HTTP {resp.status_code}: {_message(resp)}")
-    body = _json(resp) if resp.content else {}
-    if isinstance(body, dict) and body.get("success") is False:
-        raise EngineRequestError(f"{url}{path} reported failure: {_message(resp)}")
-
-
-# --- process group for weight broadcasts (both sides use it) ----------------------------------
-
-
-def init_weights_group(
-    master_address: str,
-    master_port: int,
-    rank: int,
-    world_size: int,
-    group_name: str,
-    backend: str = "nccl",
-    timeout_s: float = 300.0,
-):
-    """A process group outside the default one (the learner may already have its own), formed
-    the way SGLang forms its weight-update group: TCP rendezvous, a store prefixed by the group
-    name, torch's process-group helper. Blocks until all `world_size` ranks join."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
-    timeout = timedelta(seconds=timeout_s)
-    store, rank, world_size = next(
-        c10d.rendezvous(f"tcp://{master_address}:{master_port}", rank, world_size, timeout=timeout)
-    )
-    store.set_timeout(timeout)
-    store = dist.PrefixStore(group_name, store)
-    group, _ = c10d._new_process_group_helper(
-        world_size,
-        rank,
-        [],
-        dist.Backend(backend),
-        store,
-        group_name=group_name,
-        timeout=timeout,
-    )
-    c10d._world.pg_group_ranks[group] = {i: i for i in range(world_size)}
-    return group
-
-
-def _broadcast_tensors(group, tensors: list) -> None:
-    import torch.distributed as dist
-
-    for tensor in tensors:
-        opts = dist.BroadcastOptions()
-        opts.rootRank = 0
-        group.broadcast([tensor.contiguous()], opts).wait()
-
-
-def _destroy_group(group) -> None:
-    import torch.distributed as dist
-
-    try:
-        dist.destroy_process_group(group)
-    except (AssertionError, RuntimeError, ValueError) as exc:
-        log.debug("destroying weight group: %s", exc)
+__all__ = [
+    "SGLangEngine",
+    "init_weights_group",
+    "parse_generation",
+    "route_key_of",
+    "sampling_json",
+]

@@ -1,0 +1,116 @@
+"""SGLang's native HTTP wire format: sampling params out, /generate answers in, error bodies.
+
+Pure functions over JSON; tolerant of the response-shape drift within SGLang 0.5.x
+(see shared/SGLANG.md). The client logic lives in sglang_engine.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from gspo_agents.rollout.engine import (
+    EngineError,
+    EngineRequestError,
+    FinishReason,
+    Generation,
+    SamplingParams,
+)
+
+
+def sampling_json(sampling: SamplingParams) -> dict[str, Any]:
+    """Explicit sampling params: server defaults come from the model's generation_config."""
+    params: dict[str, Any] = {
+        "max_new_tokens": sampling.max_new_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+        "stop_token_ids": list(sampling.stop_token_ids),
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+    }
+    if sampling.seed is not None:
+        params["sampling_seed"] = sampling.seed
+    return params
+
+
+def parse_version(raw: Any, fallback: int) -> int:
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return fallback  # SGLang's default version is the string "default"
+
+
+def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> Generation:
+    """A /generate response → Generation, tolerating the shape drift of SGLang 0.5.x."""
+    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
+        raise EngineError(f"/generate answered without meta_info: {str(body)[:200]}")
+    meta = body["meta_info"]
+    pairs = meta.get("output_token_logprobs")
+    if pairs is None:
+        raise EngineError("/generate answered without output_token_logprobs (return_logprob)")
+    tokens = [int(p[1]) for p in pairs]
+    logprobs = [float(p[0]) for p in pairs]
+    raw = meta.get("finish_reason")
+    kind = raw.get("type") if isinstance(raw, dict) else raw
+    reason: FinishReason
+    if kind in ("stop", "length", "abort"):
+        reason = kind
+    else:  # None: some builds omit it on abort
+        reason = "length" if len(tokens) >= max_new_tokens else "abort"
+    return Generation(
+        token_ids=tokens,
+        logprobs=logprobs,
+        finish_reason=reason,
+        weight_version=parse_version(meta.get("weight_version"), fallback_version),
+        meta={
+            "prompt_tokens": meta.get("prompt_tokens"),
+            "cached_tokens": meta.get("cached_tokens", 0),
+            "e2e_latency": meta.get("e2e_latency"),
+            "matched": raw.get("matched") if isinstance(raw, dict) else None,
+            "abort_message": raw.get("message") if isinstance(raw, dict) else None,
+        },
+    )
+
+
+def disk_update_body(path: str, version: int) -> dict[str, Any]:
+    return {
+        "model_path": path,
+        "load_format": None,
+        "abort_all_requests": False,
+        "weight_version": str(version),
+        "flush_cache": True,
+    }
+
+
+def json_body(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError as exc:
+        raise EngineError(f"non-JSON answer from {resp.request.url}: {resp.text[:200]}") from exc
+
+
+def error_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        for key in ("message", "detail", "error"):
+            if key in body:
+                return str(body[key])
+    return str(body)[:300]
+
+
+def check_success(url: str, path: str, resp: httpx.Response) -> None:
+    if 400 <= resp.status_code < 500:
+        raise EngineRequestError(f"{url}{path} rejected: {error_message(resp)}")
+    if resp.status_code >= 500:
+        raise EngineError(f"{url}{path} failed: HTTP {resp.status_code}: {error_message(resp)}")
+    body = json_body(resp) if resp.content else {}
+    if isinstance(body, dict) and body.get("success") is False:
+        raise EngineRequestError(f"{url}{path} reported failure: {error_message(resp)}")
