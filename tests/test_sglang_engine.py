@@ -278,18 +278,21 @@ async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path
                 info = (await c.get(second.url + "/get_model_info")).json()
             assert info["weight_version"] == "5"  # replayed before it served again
 
-            # Died and came back between updates: it answers with its boot version once, is
-            # noticed as stale, and gets the last update replayed before its next request.
+            # Died and came back between updates. Two correct outcomes, depending on whether a
+            # request hit the dead process first: the engine noticed (worker marked down) and
+            # replays the last update before the worker serves again (always 5), or it did not,
+            # and the worker answers once with its boot version (0, reported as is), is noticed
+            # as stale, and gets the update replayed before its next request.
             revived.kill()
             revived = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
             boot_versions = []
-            for _ in range(40):  # a pooled connection to the dead process may fail over once
+            for _ in range(10):
                 await asyncio.sleep(0.6)
                 first = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-y")
                 boot_versions.append(first.weight_version)
-                if first.weight_version == 0:  # the truth, reported as is
+                if first.weight_version == 0:
                     break
-            assert boot_versions[-1] == 0, boot_versions
+            assert set(boot_versions) <= {0, 5}, boot_versions  # never a version nobody loaded
             again = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-z")
             assert again.weight_version == 5
             async with httpx.AsyncClient() as c:
