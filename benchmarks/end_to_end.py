@@ -1,42 +1,67 @@
-"""End to end: whole GSPO training steps per minute, ours against TRL's GRPOTrainer, one table.
+"""End to end: whole GSPO training steps per minute, ours (sync and async) against TRL's
+GRPOTrainer, on two workloads, one table.
 
-    python benchmarks/end_to_end.py                       # a few minutes on 2 CPU cores
-    python benchmarks/end_to_end.py --steps 10 --rounds 2 --json e2e.json
-    pip install -e '.[bench]'                             # TRL is optional, only for its row
+    python benchmarks/end_to_end.py --threads 1                   # both workloads, all three rows
+    python benchmarks/end_to_end.py --env arithmetic --rounds 2 --steps 5 --json e2e.json
+    python benchmarks/end_to_end.py --env codeforces --steps 4    # needs Docker (the judge)
+    pip install -e '.[bench]'                                     # TRL is optional, only its row
 
-What a "training step" is, for both sides (the unit of the table):
-    one rollout batch of T tasks x G samples (generation + the \\boxed{} reward of each sample)
+Workloads (`--env`):
+- arithmetic: `envs.arithmetic` (difficulty 2), 16 new tokens; reward = `ArithmeticEnv.step`.
+- codeforces: the product's headline use, generation + judging + update. Codeforces-v0 training
+  tasks (`envs/codeforces`, single turn), 128 new tokens, starting from the cached cold-start SFT
+  weights for codeforces (`gspo_agents.sft.ensure_cold_start`, the weights
+  `python -m gspo_agents.train env=codeforces` starts from; built once if missing; `--no-sft`
+  for the raw tiny model, which writes no code and so is never judged). Reward = the sandbox's
+  verdict via `CodeforcesEnv.astep` on a `sandbox.Sandbox` with the docker backend and
+  max_concurrency `--sandbox-concurrency` (4, our default), on both sides.
+
+What a "training step" is, for every row (the unit of the table):
+    one rollout batch of T tasks x G samples (generation + the reward of each sample)
     followed by its `num_minibatches` (4) optimizer steps over those T*G sequences.
-- ours: one iteration of `gspo_agents.train.training_loop` (collect -> advantages -> 4 minibatch
-  updates -> export_hf + engine weight reload -> log), run by `gspo_agents.train.run(cfg)` on the
-  config `python -m gspo_agents.train` composes from the overrides printed below (env=arithmetic,
-  GSPO, the LocalEngine, cold-start SFT off, logger=none).
+- ours, sync: one iteration of `gspo_agents.train.training_loop` (collect -> advantages -> 4
+  minibatch updates -> export_hf + engine weight reload -> log), run by `gspo_agents.train.run`
+  on the config `python -m gspo_agents.train` composes from the overrides printed below
+  (GSPO, the LocalEngine, logger=none). Judging runs inside the rollout manager: each sample is
+  judged as soon as its own generation ends, while the rest of the batch is still generating.
+- ours, async: the same with `trainer.async_rollouts=true` (staleness 1): the batch of step k+1
+  is generated and judged while step k trains; its in-flight turns are paused for the weight
+  reload and finish under the new weights (per-token versions; the GSPO ratio uses the engine's
+  log-probs). Its `overlap` line shows the engine's forward steps and CPU during the updates.
 - TRL: one generation cycle of GRPOTrainer = `steps_per_generation` (4) of its optimizer steps,
   per_device_train_batch_size T*G/4, gradient_accumulation_steps 1, so each cycle generates T*G
   completions once and makes 4 updates (GSPO settings: importance_sampling_level="sequence",
   loss_type="grpo", epsilon 3e-4, epsilon_high 4e-4, beta 0; plain HF generate on CPU, no vLLM).
+  For codeforces its reward function is async and judges the whole batch concurrently
+  (asyncio.gather over `CodeforcesEnv.astep`) on the same kind of sandbox: the best a TRL user
+  can do with our sandbox; TRL itself still judges only after the whole batch has generated and
+  trains only after the whole batch is judged. See benchmarks/e2e_trl.py.
 
-Same work: the same HF weights (the project's `tiny` model; `--sft` uses its cached cold start),
-the same tasks in the same order per step (TRL's dataset is our `tasks_for_step` schedule with
-shuffling off), the same chat-template prompts (TRL renders the same messages with the same
-tokenizer), G, max completion length, temperature 1, lr, grad clip. Rewards come from
-`envs.arithmetic.ArithmeticEnv.step` on both sides. Ours trains on every group
-(`algorithm.filter_zero_spread_groups=false`) because TRL does; `--filter-zero-spread` shows our
-default, which skips groups without signal (less work, so not the like-for-like row).
+Same work: the same HF weights, the same tasks in the same order per step (TRL's dataset is our
+`tasks_for_step` schedule with shuffling off), the same chat-template prompts (TRL renders the
+same messages with the same tokenizer), G, max completion length, temperature 1, lr, grad clip,
+the same reward code. Ours trains on every group (`algorithm.filter_zero_spread_groups=false`)
+because TRL does; `--filter-zero-spread` shows our default, which skips groups without signal
+(less work, so not the like-for-like row). Not the same: samples (different RNG streams, and
+the policies drift apart), hence completion lengths and rewards; the table shows both per step.
 
 Timing: a step's wall time is the interval between the completions of consecutive steps (ours:
 differences of `time_s` in the run's metrics.jsonl; TRL: a callback's clock at the last optimizer
 step of each cycle), so everything in the loop counts. The first `--warmup` steps, model loading
 and all other one-time setup are excluded. CPU-s per step is the worker process's CPU time over
-the same intervals (all its threads); on a shared machine it is less sensitive to other people's
-jobs than the wall clock. "rollout" is ours `rollout/wall_s` (generate + env.step) and TRL's
-`_generate` + `_calculate_rewards`; generation tokens/s = completion tokens / rollout seconds.
+the same intervals (all its threads; Docker's judge processes are not in it). "rollout" is ours
+`rollout/wall_s` (generate + env.step; in async mode it runs beside the update) and TRL's
+`_generate` + `_calculate_rewards`; generation tokens/s = completion tokens / rollout seconds;
+judge runs = `Sandbox.run` calls. Phase lines say where each step's wall time goes (ours: waiting
+for the batch, update, export, weight reload, rest; TRL: generate, old-logprob forward, reward,
+training forward+backward, optimizer and rest).
 
 Threads: by default each worker keeps torch's thread count. On a machine other jobs share, a
 multi-threaded OpenMP forward stalls whenever one of its threads is descheduled, so TRL's steps
 swing from ~0.6 s to ~20 s at random and its mean says more about the neighbours than about TRL;
-there, compare with `--threads 1` (both sides single-threaded: like for like) and the CPU-s
-columns, and look at the median. Not part of the test suite.
+there, compare with `--threads 1` (every worker's torch threads: like for like; our LocalEngine's
+worker thread always uses one) and the CPU-s columns, and look at the median. Not part of the
+test suite.
 """
 
 from __future__ import annotations
@@ -44,320 +69,94 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from e2e_common import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_SFT,
+    RESULT,
+    combine,
+    our_overrides,
+    phase_lines,
+    resolve_model,
+    table,
+)
+
 REPO = Path(__file__).resolve().parent.parent
-RESULT = "RESULT "
+ENVS = ("arithmetic", "codeforces")
+KINDS = ("ours", "ours_async", "trl")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--worker", choices=["ours", "trl"], default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=KINDS, default=None, help=argparse.SUPPRESS)
     p.add_argument("--model", default=None, help=argparse.SUPPRESS)  # resolved by the parent
+    p.add_argument("--env", nargs="+", choices=ENVS, default=list(ENVS), help="workloads")
+    p.add_argument("--runs", nargs="+", choices=KINDS, default=list(KINDS), help="rows")
     p.add_argument("--steps", type=int, default=5, help="timed training steps per run")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    p.add_argument("--rounds", type=int, default=1, help="ours/TRL pairs, order alternating")
+    p.add_argument("--rounds", type=int, default=1, help="runs of each row, order rotating")
     p.add_argument("--tasks-per-step", type=int, default=8, help="T")
     p.add_argument("--group-size", type=int, default=8, help="G, samples per task")
-    p.add_argument("--max-new-tokens", type=int, default=16, help="completion length limit")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="completion length limit (default: arithmetic 16, codeforces 128)",
+    )
     p.add_argument("--num-minibatches", type=int, default=4, help="optimizer steps per step")
     p.add_argument("--difficulty", type=int, default=2, help="arithmetic env difficulty")
+    p.add_argument("--sandbox-concurrency", type=int, default=4, help="codeforces judge slots")
+    p.add_argument("--max-context-tokens", type=int, default=1024, help="codeforces (ours)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--threads", type=int, default=None, help="torch threads per worker (default: torch's)"
     )
-    p.add_argument("--sft", action="store_true", help="both start from our cached cold start")
+    p.add_argument(
+        "--sft",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start from the env's cached cold start (default: codeforces yes, arithmetic no)",
+    )
     p.add_argument("--filter-zero-spread", action="store_true", help="ours skips flat groups")
-    p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--skip-trl", action="store_true", help="same as leaving trl out of --runs")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
     if (args.tasks_per_step * args.group_size) % args.num_minibatches:
         p.error("tasks-per-step x group-size must be divisible by num-minibatches (TRL needs it)")
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
+    if args.worker and len(args.env) != 1:
+        p.error("a worker runs exactly one --env")
     return args
 
 
-# --------------------------------------------------------------------------------------------
-# the shared work: config, tasks, reward
-# --------------------------------------------------------------------------------------------
-def our_overrides(args, run_dir: str) -> list[str]:
-    """The `python -m gspo_agents.train` overrides of our side (also printed for reproduction)."""
-    return [
-        "env=arithmetic",
-        f"++env.kwargs.difficulty={args.difficulty}",
-        "model=hf",
-        f"model.path={args.model}",
-        "engine=local",
-        "algorithm=gspo",
-        f"algorithm.filter_zero_spread_groups={str(args.filter_zero_spread).lower()}",
-        "trainer.sft.enabled=false",
-        f"trainer.steps={args.warmup + args.steps}",
-        f"trainer.tasks_per_step={args.tasks_per_step}",
-        f"trainer.num_minibatches={args.num_minibatches}",
-        f"trainer.lr={args.lr}",
-        f"trainer.seed={args.seed}",
-        f"trainer.run_dir={run_dir}",
-        f"rollout.num_samples_per_task={args.group_size}",
-        f"rollout.max_new_tokens_per_turn={args.max_new_tokens}",
-        "rollout.temperature=1.0",
-        "logger=none",
-    ]
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from gspo_agents.config import CONFIG_DIR, register_schemas
-
-    register_schemas()
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return hydra_compose("config", overrides=overrides)
-
-
-def make_env(args):
-    from envs.arithmetic import ArithmeticEnv
-
-    return ArithmeticEnv(difficulty=args.difficulty)
-
-
-def step_tasks(args) -> list[list[dict]]:
-    """The task rows of every step, exactly as our training loop picks them."""
-    from gspo_agents.batching import tasks_for_step
-
-    tasks = make_env(args).load_tasks("train")
-    total = args.warmup + args.steps
-    return [tasks_for_step(tasks, s, args.tasks_per_step, args.seed) for s in range(total)]
-
-
-def resolve_model(args) -> str:
-    """The tiny model's HF directory, or its cold start (cached by content; built once if not)."""
-    from gspo_agents.models import ModelConfig
-    from gspo_agents.models import resolve_model as resolve
-
-    if not args.sft:
-        return resolve(ModelConfig(name="tiny"))
-    from gspo_agents.train import resolve_start_model
-
-    cfg = compose(["env=arithmetic", f"++env.kwargs.difficulty={args.difficulty}", "model=tiny"])
-    return resolve_start_model(cfg, make_env(args))
-
-
-class CpuClock:
-    """(wall, process CPU) marks; CPU counts every thread of this process."""
-
-    def __init__(self) -> None:
-        self.marks: list[tuple[float, float]] = []
-
-    def mark(self) -> None:
-        self.marks.append((time.perf_counter(), time.process_time()))
-
-    def intervals(self, skip: int) -> list[tuple[float, float]]:
-        m = self.marks
-        return [(m[i][0] - m[i - 1][0], m[i][1] - m[i - 1][1]) for i in range(skip + 1, len(m))]
-
-
-def emit(row: dict) -> None:
-    print(RESULT + json.dumps(row), flush=True)
+def for_env(args, env: str) -> argparse.Namespace:
+    """The arguments of one workload, its per-env defaults filled in."""
+    out = argparse.Namespace(**vars(args))
+    out.env = env
+    if out.max_new_tokens is None:
+        out.max_new_tokens = DEFAULT_MAX_NEW_TOKENS[env]
+    if out.sft is None:
+        out.sft = DEFAULT_SFT[env]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
-# workers (each in its own process: fresh threads, no shared caches)
-# --------------------------------------------------------------------------------------------
-def worker_ours(args) -> None:
-    from gspo_agents import train
-    from gspo_agents.tracking import RunTracker, read_metrics
-
-    train.quiet_libraries()
-    run_dir = tempfile.mkdtemp(prefix="e2e-ours-")
-    cfg = compose(our_overrides(args, run_dir))
-    clock = CpuClock()
-    log = RunTracker.log
-
-    def timed_log(self, step, metrics):  # CPU marks at the same point time_s is taken
-        clock.mark()
-        return log(self, step, metrics)
-
-    RunTracker.log = timed_log
-    clock.mark()  # the run's start: only used if --warmup 0
-    train.run(cfg)
-    rows = read_metrics(run_dir)
-    times = [0.0] + [r["time_s"] for r in rows]  # time_s counts from the tracker's start
-    timed = rows[args.warmup :]
-    walls = [times[i + 1] - times[i] for i in range(args.warmup, len(rows))]
-    cpus = [c for _, c in clock.intervals(args.warmup)]
-    tokens = [r["rollout/response_tokens_mean"] * r["rollout/trajectories"] for r in timed]
-    emit(
-        _summary(
-            "ours: gspo_agents.train (GSPO, LocalEngine)",
-            walls,
-            cpus,
-            rollout_s=[r["rollout/wall_s"] for r in timed],
-            update_s=[r.get("update_time_s", 0.0) for r in timed],
-            completion_tokens=tokens,
-            rewards=[r.get("reward_mean", 0.0) for r in timed],
-            trained_seqs=[r.get("num_trained_seqs", 0.0) for r in timed],
-        )
-        | {"step_time_s_mean": _mean([r["step_time_s"] for r in timed]), "run_dir": run_dir}
-    )
-
-
-def worker_trl(args) -> None:
-    import torch
-    import trl
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    env = make_env(args)
-    schedule = [task for tasks in step_tasks(args) for task in tasks]
-    data = Dataset.from_dict(
-        {
-            "prompt": [env.reset(options={"task": t})[0] for t in schedule],  # chat messages
-            "expr": [t["expr"] for t in schedule],
-            "answer": [int(t["answer"]) for t in schedule],
-        }
-    )
-
-    batch_rewards: list[float] = []  # mean reward of each cycle (called once per generation)
-
-    def arithmetic_reward(completions, expr, answer, **_):
-        """envs.arithmetic's own judgement of each completion."""
-        out = []
-        for completion, e, a in zip(completions, expr, answer):
-            text = completion[-1]["content"] if isinstance(completion, list) else completion
-            env.reset(options={"task": {"expr": e, "answer": a}})
-            out.append(env.step(text)[1])
-        batch_rewards.append(_mean(out))
-        return out
-
-    n = args.num_minibatches
-    cycles = args.warmup + args.steps
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="e2e-trl-"),
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        save_strategy="no",
-        disable_tqdm=True,
-        logging_steps=1,
-        per_device_train_batch_size=args.tasks_per_step * args.group_size // n,
-        gradient_accumulation_steps=1,
-        steps_per_generation=n,
-        num_generations=args.group_size,
-        max_completion_length=args.max_new_tokens,
-        temperature=1.0,
-        importance_sampling_level="sequence",
-        loss_type="grpo",
-        epsilon=3e-4,
-        epsilon_high=4e-4,
-        beta=0.0,
-        learning_rate=args.lr,
-        lr_scheduler_type="constant",
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        max_steps=cycles * n,
-        shuffle_dataset=False,  # our task order, step by step
-        dataloader_num_workers=0,
-        gradient_checkpointing=False,  # ours recomputes nothing either
-        seed=args.seed,
-    )
-    clock, rollout = CpuClock(), {"s": [0.0] * cycles, "tokens": [0] * cycles}
-
-    class CycleClock(TrainerCallback):
-        def on_train_begin(self, *a, **k):
-            clock.mark()
-
-        def on_step_end(self, a, state, *_, **k):
-            if state.global_step % n == 0:  # the last optimizer step of a generation cycle
-                clock.mark()
-
-    class TimedGRPO(GRPOTrainer):
-        def _cycle(self) -> int:
-            return min(self.state.global_step // n, cycles - 1)
-
-        def _generate(self, prompts):
-            started = time.perf_counter()
-            out = super()._generate(prompts)
-            rollout["s"][self._cycle()] += time.perf_counter() - started
-            rollout["tokens"][self._cycle()] += sum(len(ids) for ids in out[1])
-            return out
-
-        def _calculate_rewards(self, *a, **k):
-            started = time.perf_counter()
-            out = super()._calculate_rewards(*a, **k)
-            rollout["s"][self._cycle()] += time.perf_counter() - started
-            return out
-
-    tok = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    trainer = TimedGRPO(
-        model=model,
-        reward_funcs=arithmetic_reward,
-        args=config,
-        train_dataset=data,
-        processing_class=tok,
-        callbacks=[CycleClock()],
-    )
-    trainer.train()
-    intervals = clock.intervals(args.warmup)
-    emit(
-        _summary(
-            f"TRL {trl.__version__} GRPOTrainer (seq-level, HF generate)",
-            [w for w, _ in intervals],
-            [c for _, c in intervals],
-            rollout_s=rollout["s"][args.warmup :],
-            update_s=[],
-            completion_tokens=rollout["tokens"][args.warmup :],
-            rewards=batch_rewards[args.warmup :],
-            trained_seqs=[float(args.tasks_per_step * args.group_size)] * args.steps,
-        )
-    )
-
-
-def _mean(xs) -> float:
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else float("nan")
-
-
-def _summary(name, walls, cpus, *, rollout_s, update_s, completion_tokens, rewards, trained_seqs):
-    if not walls:
-        raise RuntimeError(f"{name}: no timed steps were recorded")
-    return {
-        "run": name,
-        "timed_steps": len(walls),
-        "step_wall_s": [round(w, 4) for w in walls],
-        "step_cpu_s": [round(c, 4) for c in cpus],
-        "s_per_step": _mean(walls),
-        "s_per_step_median": statistics.median(walls),
-        "cpu_s_per_step": _mean(cpus),
-        "steps_per_min": 60.0 * len(walls) / sum(walls),
-        "steps_per_cpu_min": 60.0 * len(cpus) / sum(cpus) if cpus and sum(cpus) else None,
-        "rollout_s_per_step": _mean(rollout_s),
-        "update_s_per_step": _mean(update_s) if update_s else None,
-        "completion_tokens_per_step": _mean(completion_tokens),
-        "gen_tokens_per_s": sum(completion_tokens) / sum(rollout_s) if sum(rollout_s) else None,
-        "reward_mean": _mean(rewards),
-        "trained_seqs_per_step": _mean(trained_seqs),
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# orchestration
+# orchestration: every run in its own process (fresh threads, no shared caches)
 # --------------------------------------------------------------------------------------------
 def _worker_flags(args) -> list[str]:
     flags = [
-        "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-        "--tasks-per-step", str(args.tasks_per_step), "--group-size", str(args.group_size),
-        "--max-new-tokens", str(args.max_new_tokens),
+        "--env", args.env, "--model", args.model, "--steps", str(args.steps),
+        "--warmup", str(args.warmup), "--tasks-per-step", str(args.tasks_per_step),
+        "--group-size", str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
         "--num-minibatches", str(args.num_minibatches), "--difficulty", str(args.difficulty),
+        "--sandbox-concurrency", str(args.sandbox_concurrency),
+        "--max-context-tokens", str(args.max_context_tokens),
         "--lr", str(args.lr), "--seed", str(args.seed), "--threads", str(args.threads or 0),
     ]  # fmt: skip
     return flags + (["--filter-zero-spread"] if args.filter_zero_spread else [])
@@ -378,126 +177,118 @@ def run_worker(kind: str, args) -> dict | None:
             row = json.loads(line[len(RESULT) :])
             row.update(
                 kind=kind,
+                env=args.env,
                 load_avg_1m_before=round(load_before, 2),
                 load_avg_1m_after=round(os.getloadavg()[0], 2),
                 process_wall_s=round(time.perf_counter() - started, 1),
             )
             return row
-    print(f"[{kind}] failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}", file=sys.stderr)
+    print(f"[{args.env}/{kind}] failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return None
 
 
-def combine(rows: list[dict]) -> dict:
-    """Pool the timed steps of several runs of one side."""
-    walls = [w for r in rows for w in r["step_wall_s"]]
-    cpus = [c for r in rows for c in r["step_cpu_s"]]
-    n = sum(r["timed_steps"] for r in rows)
-
-    def pooled(key):
-        vals = [r[key] for r in rows if r.get(key) is not None]
-        return sum(v * r["timed_steps"] for v, r in zip(vals, rows)) / n if vals else None
-
-    tokens = pooled("completion_tokens_per_step")
-    rollout = pooled("rollout_s_per_step")
-    return {
-        "run": rows[0]["run"],
-        "kind": rows[0]["kind"],
-        "runs": len(rows),
-        "timed_steps": n,
-        "steps_per_min": 60.0 * len(walls) / sum(walls),
-        "s_per_step": sum(walls) / len(walls),
-        "s_per_step_median": statistics.median(walls),
-        "cpu_s_per_step": sum(cpus) / len(cpus),
-        "steps_per_cpu_min": 60.0 * len(cpus) / sum(cpus),
-        "rollout_s_per_step": rollout,
-        "completion_tokens_per_step": tokens,
-        "gen_tokens_per_s": tokens / rollout if tokens and rollout else None,
-        "reward_mean": pooled("reward_mean"),
-        "trained_seqs_per_step": pooled("trained_seqs_per_step"),
-        "load_avg_1m": [r["load_avg_1m_before"] for r in rows] + [rows[-1]["load_avg_1m_after"]],
-    }
+def wanted_kinds(args) -> list[str]:
+    kinds = [k for k in KINDS if k in args.runs and not (k == "trl" and args.skip_trl)]
+    if "trl" in kinds:
+        try:
+            import trl  # noqa: F401
+        except ImportError:
+            print("TRL not installed (pip install -e '.[bench]'); ours only", file=sys.stderr)
+            kinds.remove("trl")
+    return kinds
 
 
-def table(sides: list[dict]) -> str:
-    def f(x, spec):
-        return "-" if x is None else format(x, spec)
+def run_env(args, kinds: list[str]) -> tuple[list[dict], dict[str, list[dict]]]:
+    args.model = resolve_model(args)  # one-time setup, outside every timed interval
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    for r in range(args.rounds):
+        order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]  # rotate who goes first
+        for kind in order:
+            print(f"{args.env} round {r + 1}/{args.rounds}: {kind} ...", file=sys.stderr)
+            row = run_worker(kind, args)
+            if row is not None:
+                runs[kind].append(row)
+    sides = []
+    for rows in runs.values():
+        if rows:
+            side = combine(rows)
+            side["env"] = args.env
+            side["overlap"] = [r["overlap"] for r in rows if "overlap" in r]
+            sides.append(side)
+    return sides, runs
 
-    lines = [
-        "| run | timed steps | steps/min (wall) | s/step (wall, median) | CPU-s/step "
-        "| steps per CPU-min | rollout s/step | gen tokens/s | completion tokens/step "
-        "| seqs trained/step | reward |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for s in sides:
-        lines.append(
-            f"| {s['run']} | {s['timed_steps']} | {s['steps_per_min']:.1f} "
-            f"| {s['s_per_step']:.2f} ({s['s_per_step_median']:.2f}) | {s['cpu_s_per_step']:.2f} "
-            f"| {s['steps_per_cpu_min']:.1f} | {f(s['rollout_s_per_step'], '.2f')} "
-            f"| {f(s['gen_tokens_per_s'], '.0f')} | {f(s['completion_tokens_per_step'], '.0f')} "
-            f"| {f(s['trained_seqs_per_step'], '.0f')} | {f(s['reward_mean'], '.3f')} |"
+
+def report(args, per_env: dict[str, argparse.Namespace], sides: list[dict]) -> dict:
+    for env, a in per_env.items():
+        print(
+            f"\n{env}, ours by hand: python -m gspo_agents.train "
+            + " ".join(our_overrides(a, "RUN_DIR"))
         )
-    return "\n".join(lines)
+        print(
+            f"{env}: model {a.model}  T={a.tasks_per_step} G={a.group_size} "
+            f"max_new_tokens={a.max_new_tokens} minibatches/step={a.num_minibatches}"
+        )
+    print(
+        f"torch threads/worker: {args.threads or 'default'}  cores: {os.cpu_count()}  "
+        "load average (1m) around each run: "
+        + ", ".join(f"{s['env']}/{s['kind']} {s['load_avg_1m']}" for s in sides)
+    )
+    busiest = max((x for s in sides for x in s["load_avg_1m"]), default=0.0)
+    if busiest > 0.5 * (os.cpu_count() or 1):
+        print(
+            f"warning: load average {busiest:.1f} on {os.cpu_count()} cores: other jobs share "
+            "the CPU, wall-clock numbers are noisy; compare CPU-s and medians, or rerun quietly."
+        )
+    trl = {s["env"]: s["steps_per_min"] for s in sides if s["kind"] == "trl"}
+    print(table(sides, trl))
+    print("seconds per step by phase:")
+    print("\n".join(phase_lines(sides)))
+    for s in sides:
+        for o in s.get("overlap", []):
+            print(f"  overlap during updates, {s['env']}/{s['kind']}: {json.dumps(o)}")
+    return {
+        f"{s['env']}/{s['kind']}": s["steps_per_min"] / trl[s["env"]]
+        for s in sides
+        if s["env"] in trl
+    }
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.worker:
-        if args.threads:
-            import torch
-
-            torch.set_num_threads(args.threads)
-        {"ours": worker_ours, "trl": worker_trl}[args.worker](args)
+        run_one_worker(for_env(args, args.env[0]))
         return
-    args.model = resolve_model(args)  # one-time setup, outside every timed interval
-    kinds = ["ours"]
-    if not args.skip_trl:
-        try:
-            import trl  # noqa: F401
-        except ImportError:
-            print("TRL not installed (pip install -e '.[bench]'); ours only", file=sys.stderr)
-        else:
-            kinds.append("trl")
-    runs: dict[str, list[dict]] = {k: [] for k in kinds}
-    for r in range(args.rounds):
-        for kind in kinds if r % 2 == 0 else kinds[::-1]:  # alternate who goes first
-            print(f"round {r + 1}/{args.rounds}: {kind} ...", file=sys.stderr, flush=True)
-            row = run_worker(kind, args)
-            if row is not None:
-                runs[kind].append(row)
-    sides = [combine(rows) for rows in runs.values() if rows]
-    ours = next((s for s in sides if s["kind"] == "ours"), None)
-    peer = next((s for s in sides if s["kind"] == "trl"), None)
-    cmd = "python -m gspo_agents.train " + " ".join(our_overrides(args, "RUN_DIR"))
-    print(f"\nours, the same run by hand: {cmd}")
-    print(
-        f"model: {args.model}  T={args.tasks_per_step} G={args.group_size} "
-        f"max_new_tokens={args.max_new_tokens} minibatches/step={args.num_minibatches}  "
-        f"torch threads/worker: {args.threads or 'default'}  cores: {os.cpu_count()}  "
-        "load average (1m) around each run: "
-        + ", ".join(f"{s['kind']} {s['load_avg_1m']}" for s in sides)
-    )
-    busiest = max((x for s in sides for x in s["load_avg_1m"]), default=0.0)
-    if busiest > 0.5 * (os.cpu_count() or 1) and not args.threads:
-        print(
-            f"warning: load average {busiest:.1f} on {os.cpu_count()} cores. Multi-threaded "
-            "OpenMP (TRL's forwards, our learner) slows down many-fold when other jobs hold the "
-            "cores, and by different amounts per run; compare with --threads 1 and the CPU-s "
-            "columns, or rerun on a quiet machine."
-        )
-    print(table(sides))
-    ratio = None
-    if ours and peer:
-        ratio = {
-            "steps_per_min": ours["steps_per_min"] / peer["steps_per_min"],
-            "steps_per_cpu_min": ours["steps_per_cpu_min"] / peer["steps_per_cpu_min"],
-        }
-        print(
-            f"ours / TRL: {ratio['steps_per_min']:.2f}x steps per minute (wall), "
-            f"{ratio['steps_per_cpu_min']:.2f}x steps per CPU-minute"
-        )
+    kinds = wanted_kinds(args)
+    per_env = {env: for_env(args, env) for env in args.env}
+    sides, runs = [], {}
+    for env, a in per_env.items():
+        env_sides, env_runs = run_env(a, kinds)
+        sides += env_sides
+        runs[env] = env_runs
+    ratios = report(args, per_env, sides)
     if args.json:
-        out = {"args": vars(args), "sides": sides, "runs": runs, "ratio_ours_over_trl": ratio}
+        out = {
+            "args": {e: vars(a) for e, a in per_env.items()},
+            "sides": sides,
+            "runs": runs,
+            "ratio_steps_per_min_over_trl": ratios,
+        }
         Path(args.json).write_text(json.dumps(out, indent=2))
+
+
+def run_one_worker(args) -> None:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if args.worker == "trl":
+        from e2e_trl import worker_trl
+
+        worker_trl(args)
+    else:
+        from e2e_ours import worker_ours
+
+        worker_ours(args, async_rollouts=args.worker == "ours_async")
 
 
 if __name__ == "__main__":
