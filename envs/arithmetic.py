@@ -116,8 +116,9 @@ class ArithmeticEnv(TextEnv):
         task = self._require_task()
         self.turn += 1
         parsed = extract_boxed(clean_text(action))
-        format_ok = parsed is not None and _INTEGER.fullmatch(parsed.replace(" ", "")) is not None
-        correct = format_ok and int(parsed.replace(" ", "")) == int(task["answer"])
+        digits = parsed.replace(" ", "") if parsed is not None else ""
+        format_ok = _INTEGER.fullmatch(digits) is not None
+        correct = format_ok and int(digits) == int(task["answer"])
         reward = 1.0 if correct else 0.0
         info = {
             "parsed_answer": parsed,

@@ -51,7 +51,9 @@ class TextEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         if not options or "task" not in options:
-            raise ValueError("reset() needs options={'task': row}; rows come from load_tasks(split)")
+            raise ValueError(
+                "reset() needs options={'task': row}; rows come from load_tasks(split)"
+            )
         self.task = options["task"]
         self.turn = 0
         return self.initial_messages(self.task), {"task_id": str(self.task.get("id", ""))}

@@ -69,11 +69,12 @@ def prepare_batch(
     if not keep:
         return PreparedBatch(None, [], metrics)
     trajectories = [finished[i] for i in keep]
-    advantages = [float(adv.advantages_B[i]) for i in keep]
+    seq_advantages = [float(adv.advantages_B[i]) for i in keep]
+    advantages: list[float] | list[list[float]] = seq_advantages
     if per_turn:
         # Per-turn advantages for GSPO-token: the sequence advantage on every model turn; an env
         # that exposes per-turn rewards can refine this without touching the objective.
-        advantages = [[a] * _model_turns(t) for a, t in zip(advantages, trajectories)]
+        advantages = [[a] * _model_turns(t) for a, t in zip(seq_advantages, trajectories)]
     batch = flatten(trajectories, advantages, pad_id)
     return PreparedBatch(batch, trajectories, metrics)
 

@@ -159,6 +159,7 @@ def launch(
     os.close(log_fd)
     server = ServerProcess("", process, log_path)
     deadline = time.monotonic() + ready_timeout_s
+    assert process.stdout is not None  # stdout=PIPE above
     with selectors.DefaultSelector() as sel:
         sel.register(process.stdout, selectors.EVENT_READ)
         while time.monotonic() < deadline and process.poll() is None:

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -102,6 +102,17 @@ def _row_step(line: str) -> float:
         return float("inf")
 
 
+WandbMode = Literal["online", "offline", "disabled"]
+WANDB_MODES: tuple[WandbMode, ...] = ("online", "offline", "disabled")
+
+
+def _wandb_mode(mode: str) -> WandbMode:
+    for valid in WANDB_MODES:
+        if mode == valid:
+            return valid
+    raise ValueError(f"wandb_mode={mode!r} is not valid; choose one of {', '.join(WANDB_MODES)}")
+
+
 def _start_wandb(run_dir: Path, config, mode: str, project: str, name: str | None):
     import wandb
 
@@ -110,7 +121,7 @@ def _start_wandb(run_dir: Path, config, mode: str, project: str, name: str | Non
         project=project,
         name=name,
         dir=str(run_dir),
-        mode=mode,
+        mode=_wandb_mode(mode),
         config=config or {},
         reinit="finish_previous",
     )

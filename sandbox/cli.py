@@ -228,7 +228,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     else:
         program = load_program(args.file, args.lang)
         tests = [TestCase(str(r.get("stdin", "")), r.get("expected")) for r in rows]
-    judge = JudgeSpec(mode=args.mode)  # type: ignore[arg-type]
+    judge = JudgeSpec(mode=args.mode)
     if args.checker:
         judge = JudgeSpec(mode="checker", checker=load_program(args.checker, None))
     result = asyncio.run(_run_once(args, program, tests, judge, args.early_stop))

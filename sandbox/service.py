@@ -241,7 +241,7 @@ def _judge_spec(raw: dict[str, Any]) -> JudgeSpec:
             _field(c, "source", str),
         )
     return JudgeSpec(
-        mode=_field(raw, "mode", str, "tokens"),  # type: ignore[arg-type]
+        mode=_field(raw, "mode", str, "tokens"),
         abs_tol=float(_field(raw, "abs_tol", (int, float), 1e-6)),
         rel_tol=float(_field(raw, "rel_tol", (int, float), 1e-6)),
         checker=checker,
@@ -308,7 +308,12 @@ def result_json(result: RunResult) -> dict[str, Any]:
 
 def fusion_response(program: Program, result: RunResult) -> dict[str, Any]:
     """RunResult -> SandboxFusion's RunCodeResponse."""
-    base = {"executor_pod_name": None, "files": {}, "compile_result": None, "run_result": None}
+    base: dict[str, Any] = {
+        "executor_pod_name": None,
+        "files": {},
+        "compile_result": None,
+        "run_result": None,
+    }
     if result.verdict is Verdict.SE:
         message = result.tests[0].message if result.tests else "sandbox error"
         return {**base, "status": "SandboxError", "message": message}

@@ -26,6 +26,7 @@ from envs.codeforces.extract import NO_CODE, Extraction, extract_code
 from envs.codeforces.problems import Problem, load_problemset, load_split
 from envs.errors import InfraError, TaskError
 from sandbox import JudgeSpec, Limits, Program, RunResult, Sandbox, TestCase, Verdict
+from sandbox.core import BackendName
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class CodeforcesEnv(TextEnv):
         reward_mode: RewardMode = "all",
         *,
         sandbox: Sandbox | None = None,
-        sandbox_backend: str = "auto",
+        sandbox_backend: BackendName = "auto",
         sandbox_options: dict[str, Any] | None = None,
         problems_dir: str | None = None,
         openr1_path: str | None = None,
@@ -148,7 +149,7 @@ class CodeforcesEnv(TextEnv):
 
     def _finish_unjudged(self, extraction: Extraction, last_turn: bool):
         assert self._problem is not None
-        info = {
+        info: dict[str, Any] = {
             "verdict": extraction.verdict,
             "passed": 0,
             "total": len(self._problem.all_tests),
@@ -167,6 +168,8 @@ class CodeforcesEnv(TextEnv):
     # -- sandbox --------------------------------------------------------------------------------
     async def _judge(self, problem: Problem, extraction: Extraction) -> RunResult:
         sandbox = await self._get_sandbox()
+        # astep judges only an ok extraction, which always carries a program
+        assert extraction.language is not None and extraction.source is not None
         program = Program(language=extraction.language, source=extraction.source)
         tests = [TestCase(stdin=t.input, expected=t.output) for t in problem.all_tests]
         try:
@@ -190,10 +193,11 @@ class CodeforcesEnv(TextEnv):
 
     async def _get_sandbox(self) -> Sandbox:
         async with self._sandbox_lock:
-            if self._sandbox is None:
+            sandbox = self._sandbox
+            if sandbox is None:
                 try:
                     # create() may build an image or probe backends: keep it off the event loop.
-                    self._sandbox = await asyncio.to_thread(
+                    sandbox = await asyncio.to_thread(
                         Sandbox.create, self._sandbox_backend, **self._sandbox_options
                     )
                 except (ValueError, TypeError):
@@ -202,7 +206,8 @@ class CodeforcesEnv(TextEnv):
                     raise InfraError(
                         f"could not start the sandbox (backend={self._sandbox_backend!r}): {exc}"
                     ) from exc
-            return self._sandbox
+                self._sandbox = sandbox
+            return sandbox
 
     async def aclose(self) -> None:
         sandbox, self._sandbox = self._sandbox, None

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sandbox.types import Language
+
 # Fence info strings we accept, mapped to sandbox languages.
-LANGUAGE_ALIASES = {
+LANGUAGE_ALIASES: dict[str, Language] = {
     "python": "python",
     "py": "python",
     "python3": "python",
@@ -34,7 +36,7 @@ INVALID_UTF8 = "INVALID_UTF8"
 
 @dataclass(frozen=True, slots=True)
 class Extraction:
-    language: str | None  # "python" | "cpp" when a program was found
+    language: Language | None  # set when a program was found
     source: str | None
     verdict: str | None = None  # set when no program can be judged
     message: str = ""

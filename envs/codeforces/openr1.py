@@ -158,7 +158,7 @@ def load_openr1(
         path_str = path_str.format(split=split)
     problems, skipped = [], 0
     for row in read_rows(path_str):
-        if by_hash and not in_split(str(row.get("id", "")), split):
+        if by_hash and split is not None and not in_split(str(row.get("id", "")), split):
             continue
         if skip_unsupported and unsupported_reason(row):
             skipped += 1

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envs.errors import TaskError
+from sandbox.types import Language
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "codeforces"
 JudgeMode = Literal["tokens", "lines", "float", "checker"]
@@ -39,7 +40,7 @@ class Judge:
     mode: JudgeMode = "tokens"
     abs_tol: float = 1e-6
     rel_tol: float = 1e-6
-    checker_language: str = "python"
+    checker_language: Language = "python"
     checker_source: str | None = None
 
 
@@ -174,7 +175,8 @@ def load_problem_dir(path: str | Path) -> Problem:
         raise TaskError(f"{path}: not a problem directory (no problem.json)")
     meta = json.loads(meta_path.read_text())
     pid = str(meta.get("id", path.name))
-    samples, tests = [], []
+    samples: list[Test] = []
+    tests: list[Test] = []
     for n, line in enumerate((path / "tests.jsonl").read_text().splitlines(), 1):
         if line.strip():
             t = json.loads(line)

@@ -21,7 +21,14 @@ FAST = [
 
 
 def train(run_dir: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "gspo_agents.train", f"trainer.run_dir={run_dir}", *FAST, *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gspo_agents.train",
+        f"trainer.run_dir={run_dir}",
+        *FAST,
+        *overrides,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc

@@ -74,19 +74,20 @@ def _accepts(mode: str, checker: str | None, inp: str, out: str, ans: str, workd
 def _inputs(spec: Spec) -> tuple[list[str], list[str]]:
     rng = random.Random(seed_of(spec.id))
     hidden, seen = [], set(spec.samples)
+    gen = spec.gen  # a spec without a generator has only its edge cases
     candidates = list(spec.edge)
-    for _ in range(spec.n_generated):
-        candidates.append(spec.gen(rng))
+    if gen is not None:
+        candidates += [gen(rng) for _ in range(spec.n_generated)]
     attempts = 0
     while True:
         for c in candidates:
             if c not in seen:
                 seen.add(c)
                 hidden.append(c)
-        if len(hidden) >= MIN_HIDDEN or attempts > 200:
+        if len(hidden) >= MIN_HIDDEN or attempts > 200 or gen is None:
             break
         attempts += 1
-        candidates = [spec.gen(rng)]
+        candidates = [gen(rng)]
     if len(hidden) < MIN_HIDDEN:
         raise RuntimeError(f"{spec.id}: only {len(hidden)} distinct hidden tests")
     return list(spec.samples), hidden
