@@ -10,7 +10,8 @@ import torch
 from gspo_agents.logprobs import token_logprobs
 from gspo_agents.models import ModelConfig, load_model, resolve_model
 from gspo_agents.rollout.engine import Engine, EngineRequestError, SamplingParams
-from gspo_agents.rollout.local_engine import LocalEngine, _filter_top_k_top_p
+from gspo_agents.rollout.local_engine import LocalEngine
+from gspo_agents.rollout.local_sampling import filter_top_k_top_p
 from gspo_agents.trajectory import Trajectory
 
 TOL = 1e-4
@@ -274,34 +275,28 @@ async def test_moe_engine_logprobs_equal_learner_logprobs():
         assert_matches_learner(ref, p, g, 0.9)
 
 
+def support(logits_V: torch.Tensor, top_k: int, top_p: float) -> list[bool]:
+    filtered = filter_top_k_top_p(logits_V[None], torch.tensor([top_k]), torch.tensor([top_p]))
+    return torch.isfinite(filtered[0]).tolist()
+
+
 def test_top_k_top_p_filter_keeps_the_right_support():
     logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
-    assert torch.isfinite(_filter_top_k_top_p(logits, 2, 1.0)).tolist() == [
-        True,
-        True,
-        False,
-        False,
-    ]
+    assert support(logits, 2, 1.0) == [True, True, False, False]
     # top_p=0.7: 0.5 < 0.7, 0.5 + 0.3 crosses it, so the first two stay.
-    assert torch.isfinite(_filter_top_k_top_p(logits, -1, 0.7)).tolist() == [
-        True,
-        True,
-        False,
-        False,
-    ]
-    assert torch.isfinite(_filter_top_k_top_p(logits, -1, 0.4)).tolist() == [
-        True,
-        False,
-        False,
-        False,
-    ]
+    assert support(logits, -1, 0.7) == [True, True, False, False]
+    assert support(logits, -1, 0.4) == [True, False, False, False]
+    assert support(logits, 3, 0.7) == [True, True, False, False]
+    assert support(logits, -1, 1.0) == [True] * 4
     shuffled = logits[torch.tensor([2, 0, 3, 1])]
-    assert torch.isfinite(_filter_top_k_top_p(shuffled, -1, 0.7)).tolist() == [
-        False,
-        True,
-        False,
-        True,
-    ]
+    assert support(shuffled, -1, 0.7) == [False, True, False, True]
+
+
+def test_top_k_top_p_filter_applies_each_rows_own_params():
+    logits_BV = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 3))
+    top_k_B, top_p_B = torch.tensor([1, -1, 3]), torch.tensor([1.0, 0.7, 1.0])
+    kept = torch.isfinite(filter_top_k_top_p(logits_BV, top_k_B, top_p_B)).sum(-1)
+    assert kept.tolist() == [1, 2, 3]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

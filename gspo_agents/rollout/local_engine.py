@@ -38,6 +38,8 @@ from gspo_agents.rollout.engine import (
     Generation,
     SamplingParams,
 )
+from gspo_agents.rollout.local_batch import Batch, Request
+from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed, sample_rows
 
 
 @dataclass(slots=True)
@@ -49,114 +51,11 @@ class EngineStats:
     max_running: int = 0  # the largest batch a decode step has run
 
 
-@dataclass(slots=True, eq=False)
-class _Request:
-    rid: str
-    prompt: list[int]
-    sampling: SamplingParams
-    stop_ids: frozenset[int]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    generator: torch.Generator | None
-    submitted_at: float
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    aborted: bool = False  # set by any thread under the engine lock; read by the worker
-    version: int = 0
-
-
 @dataclass(slots=True)
 class _Swap:
     model: torch.nn.Module
     version: int
     done: threading.Event = field(default_factory=threading.Event)
-
-
-class _Batch:
-    """The worker's running batch: requests, their KV cache, attention mask and next inputs."""
-
-    def __init__(self) -> None:
-        self.rows: list[_Request] = []
-        self.cache = None  # transformers DynamicCache over len(rows) rows
-        self.mask_BL = torch.zeros(0, 0, dtype=torch.long)
-        self.next_pos_B = torch.zeros(0, dtype=torch.long)  # position of next_tok_B
-        self.next_tok_B = torch.zeros(0, dtype=torch.long)  # sampled, not yet in the cache
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-
-def _layers(cache) -> list:
-    layers = cache.layers
-    for layer in layers:
-        if getattr(layer, "is_sliding", False):
-            raise EngineError("LocalEngine does not support sliding-window attention caches")
-    return layers
-
-
-def _left_pad(t: torch.Tensor, length: int, dim: int) -> torch.Tensor:
-    missing = length - t.shape[dim]
-    if missing == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def _merge(batch: _Batch, new: _Batch) -> None:
-    """Append `new`'s rows to `batch`, left-padding the shorter cache (zeros, masked out)."""
-    if not new.rows:
-        return
-    if not batch.rows:
-        batch.rows, batch.cache, batch.mask_BL = new.rows, new.cache, new.mask_BL
-        batch.next_pos_B, batch.next_tok_B = new.next_pos_B, new.next_tok_B
-        return
-    length = max(batch.mask_BL.shape[1], new.mask_BL.shape[1])
-    for old_layer, new_layer in zip(_layers(batch.cache), _layers(new.cache), strict=True):
-        old_layer.keys = torch.cat(
-            [_left_pad(old_layer.keys, length, 2), _left_pad(new_layer.keys, length, 2)]
-        )
-        old_layer.values = torch.cat(
-            [_left_pad(old_layer.values, length, 2), _left_pad(new_layer.values, length, 2)]
-        )
-    batch.mask_BL = torch.cat(
-        [_left_pad(batch.mask_BL, length, 1), _left_pad(new.mask_BL, length, 1)]
-    )
-    batch.rows = batch.rows + new.rows
-    batch.next_pos_B = torch.cat([batch.next_pos_B, new.next_pos_B])
-    batch.next_tok_B = torch.cat([batch.next_tok_B, new.next_tok_B])
-
-
-def _keep(batch: _Batch, keep: list[int]) -> None:
-    """Keep only rows `keep`, then drop cache columns that are padding in every remaining row."""
-    if len(keep) == len(batch.rows):
-        return
-    if not keep:
-        batch.__init__()
-        return
-    idx = torch.tensor(keep, dtype=torch.long)
-    batch.rows = [batch.rows[i] for i in keep]
-    batch.mask_BL = batch.mask_BL[idx]
-    batch.next_pos_B, batch.next_tok_B = batch.next_pos_B[idx], batch.next_tok_B[idx]
-    start = int((batch.mask_BL.sum(0) == 0).long().cumprod(0).sum())  # all-padding prefix
-    batch.mask_BL = batch.mask_BL[:, start:]
-    for layer in _layers(batch.cache):
-        layer.keys = layer.keys[idx, :, start:]
-        layer.values = layer.values[idx, :, start:]
-
-
-def _filter_top_k_top_p(scaled_V: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    if top_k > 0 and top_k < scaled_V.shape[-1]:
-        kth = torch.topk(scaled_V, top_k).values[-1]
-        scaled_V = scaled_V.masked_fill(scaled_V < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_V, order = torch.sort(scaled_V, descending=True)
-        probs = torch.softmax(sorted_V, dim=-1)
-        drop = probs.cumsum(-1) - probs > top_p  # keeps the token that crosses top_p
-        scaled_V = scaled_V.masked_fill(
-            torch.zeros_like(drop).scatter(0, order, drop), float("-inf")
-        )
-    return scaled_V
 
 
 class LocalEngine:
@@ -189,8 +88,8 @@ class LocalEngine:
         self._generator = torch.Generator().manual_seed(seed)
         self.stats = EngineStats()
         self._cond = threading.Condition()
-        self._waiting: deque[_Request] = deque()
-        self._live: dict[str, _Request] = {}  # waiting + running, by request id
+        self._waiting: deque[Request] = deque()
+        self._live: dict[str, Request] = {}  # waiting + running, by request id
         self._running = 0
         self._paused = False
         self._closed = False
@@ -321,11 +220,12 @@ class LocalEngine:
 
     def _submit(
         self, input_ids: list[int], sampling: SamplingParams, rid: str, ignore_eos: bool
-    ) -> _Request:
+    ) -> Request:
         self._validate(input_ids, sampling, rid)
         loop = asyncio.get_running_loop()
-        gen = None if sampling.seed is None else torch.Generator().manual_seed(sampling.seed)
-        request = _Request(
+        with self._cond:  # the engine generator is shared by every caller's thread
+            seed = self._draw_seed() if sampling.seed is None else fold_seed(sampling.seed)
+        request = Request(
             rid=rid,
             prompt=input_ids,
             sampling=sampling,
@@ -333,7 +233,7 @@ class LocalEngine:
             | (frozenset() if ignore_eos else self._eos_ids),
             loop=loop,
             future=loop.create_future(),
-            generator=gen,
+            seed=seed,
             submitted_at=time.perf_counter(),
         )
         with self._cond:
@@ -376,10 +276,14 @@ class LocalEngine:
         with self._cond:
             self._cond.wait_for(lambda: self._running == 0 or self._closed)
 
-    def _finish(self, request: _Request, reason: FinishReason, matched: int | None = None) -> None:
+    def _finish(self, request: Request, reason: FinishReason) -> None:
         """Resolve a request (caller holds the lock)."""
+        _post(request.loop, _resolve, request.future, self._answer(request, reason, None))
+
+    def _answer(self, request: Request, reason: FinishReason, matched: int | None) -> Generation:
+        """The request's Generation; it is no longer live (caller holds the lock)."""
         self._live.pop(request.rid, None)
-        generation = Generation(
+        return Generation(
             token_ids=request.tokens,
             logprobs=request.logprobs,
             finish_reason=reason,
@@ -392,7 +296,6 @@ class LocalEngine:
                 "e2e_latency": time.perf_counter() - request.submitted_at,
             },
         )
-        _post(request.loop, _resolve, request.future, generation)
 
     # --- worker thread -------------------------------------------------------------------------
 
@@ -403,7 +306,7 @@ class LocalEngine:
         if self._num_threads is not None:
             # Intra-op threads for this thread's forwards; tiny batches lose to oversubscription.
             torch.set_num_threads(self._num_threads)
-        batch = _Batch()
+        batch = Batch()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda b=batch: self._closed or len(b) or self._ready())
@@ -419,14 +322,14 @@ class LocalEngine:
                     for request in batch.rows + admitted:
                         self._live.pop(request.rid, None)
                         _post(request.loop, _fail, request.future, exc)
-                    batch = _Batch()
+                    batch = Batch()
                     self._running = 0
                     self._cond.notify_all()
 
     def _ready(self) -> bool:
         return self._swap is not None or (bool(self._waiting) and not self._paused)
 
-    def _admit(self, running: int) -> list[_Request]:
+    def _admit(self, running: int) -> list[Request]:
         if self._swap is not None:
             if running == 0:
                 self._model, self._version = self._swap.model, self._swap.version
@@ -444,7 +347,7 @@ class LocalEngine:
         self._running = running + len(admitted)
         return admitted
 
-    def _drain(self, batch: _Batch) -> None:
+    def _drain(self, batch: Batch) -> None:
         if self._swap is not None:
             self._swap.done.set()  # update_weights sees the engine closed
         for request in batch.rows:
@@ -453,15 +356,17 @@ class LocalEngine:
         self._running = 0
         self._cond.notify_all()
 
-    def _step(self, batch: _Batch, admitted: list[_Request]) -> None:
-        self._retire(batch, [r.aborted for r in batch.rows], [None] * len(batch))
+    def _step(self, batch: Batch, admitted: list[Request]) -> None:
+        aborted = [i for i, r in enumerate(batch.rows) if r.aborted]
+        if aborted:
+            self._retire(batch, aborted, [None] * len(aborted))
         if len(batch):
             self.stats.max_running = max(self.stats.max_running, len(batch))
             self.stats.forward_steps += 1
             self._decode(batch)
         if admitted:
             self.stats.forward_steps += 1
-            _merge(batch, self._prefill(admitted))
+            batch.merge(self._prefill(admitted))
 
     def _forward(self, input_ids, mask_BL, positions, cache):
         kwargs = {self._cache_kwarg: cache}
@@ -475,71 +380,61 @@ class LocalEngine:
         )
         return out.logits[:, -1]
 
-    def _prefill(self, requests: list[_Request]) -> _Batch:
-        from transformers import DynamicCache
-
-        length = max(len(r.prompt) for r in requests)
-        ids = torch.zeros(len(requests), length, dtype=torch.long)
-        mask = torch.zeros(len(requests), length, dtype=torch.long)
-        for i, r in enumerate(requests):
-            ids[i, length - len(r.prompt) :] = torch.tensor(r.prompt)
-            mask[i, length - len(r.prompt) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        new = _Batch()
-        new.rows, new.mask_BL = list(requests), mask
-        new.cache = DynamicCache(config=self._model.config)
-        logits_BV = self._forward(ids, mask, positions, new.cache)
-        new.next_pos_B = mask.sum(-1)
+    def _prefill(self, requests: list[Request]) -> Batch:
+        new, ids_BL = Batch.for_prefill(requests, self._model.config)
+        mask_BL = new.prefill_mask_BL(ids_BL.shape[1])
+        positions_BL = (mask_BL.cumsum(-1) - 1).clamp(min=0)
+        logits_BV = self._forward(ids_BL, mask_BL, positions_BL, new.cache)
         self._sample_and_retire(new, logits_BV)
         return new
 
-    def _decode(self, batch: _Batch) -> None:
-        mask = torch.cat([batch.mask_BL, torch.ones(len(batch), 1, dtype=torch.long)], dim=1)
+    def _decode(self, batch: Batch) -> None:
+        mask_BL = batch.open_column()
         logits_BV = self._forward(
-            batch.next_tok_B[:, None], mask, batch.next_pos_B[:, None], batch.cache
+            batch.next_tok_B[:, None], mask_BL, batch.next_pos_B[:, None], batch.cache
         )
-        batch.mask_BL = mask
         batch.next_pos_B = batch.next_pos_B + 1
         self._sample_and_retire(batch, logits_BV)
 
-    def _sample_and_retire(self, batch: _Batch, logits_BV: torch.Tensor) -> None:
-        tokens, done, matched = [], [], []
-        for i, request in enumerate(batch.rows):
-            token, logprob = self._sample(logits_BV[i], request)
+    def _sample_and_retire(self, batch: Batch, logits_BV: torch.Tensor) -> None:
+        filtered = (batch.top_k_B, batch.top_p_B) if batch.filtered else (None, None)
+        token_B, logprob_B = sample_rows(
+            logits_BV, batch.temp_B, batch.seed_B, batch.count_B, *filtered
+        )
+        batch.next_tok_B, batch.count_B = token_B, batch.count_B + 1
+        done, matched = [], []
+        for i, request, token, logprob in zip(
+            range(len(batch)), batch.rows, token_B.tolist(), logprob_B.tolist(), strict=True
+        ):
             request.tokens.append(token)
             request.logprobs.append(logprob)
-            tokens.append(token)
-            stop = token in request.stop_ids
-            done.append(stop or len(request.tokens) >= request.sampling.max_new_tokens)
-            matched.append(token if stop else None)
-        batch.next_tok_B = torch.tensor(tokens, dtype=torch.long)
-        self._retire(batch, done, matched)
+            if token in request.stop_ids:
+                done.append(i)
+                matched.append(token)
+            elif len(request.tokens) >= request.sampling.max_new_tokens:
+                done.append(i)
+                matched.append(None)
+        if done:
+            self._retire(batch, done, matched)
 
-    def _retire(self, batch: _Batch, done: list[bool], matched: list[int | None]) -> None:
-        if not any(done):
-            return
-        keep = []
+    def _retire(self, batch: Batch, done: list[int], matched: list[int | None]) -> None:
+        """Answer rows `done` (ascending) and drop them from the batch."""
+        answers: dict[asyncio.AbstractEventLoop, list] = {}
         with self._cond:
-            for i, request in enumerate(batch.rows):
-                if not done[i]:
-                    keep.append(i)
-                elif request.rid in self._live:
-                    self._finish(request, _reason(request, matched[i]), matched[i])
-            self._running -= len(batch) - len(keep)
+            for i, match in zip(done, matched, strict=True):
+                request = batch.rows[i]
+                if request.rid in self._live:
+                    generation = self._answer(request, _reason(request, match), match)
+                    answers.setdefault(request.loop, []).append((request.future, generation))
+            self._running -= len(done)
             self._cond.notify_all()
-        _keep(batch, keep)
+        for loop, pairs in answers.items():  # one wake-up per event loop, not per request
+            _post(loop, _resolve_all, pairs)
+        gone = set(done)
+        batch.keep([i for i in range(len(batch)) if i not in gone])
 
-    def _sample(self, logits_V: torch.Tensor, request: _Request) -> tuple[int, float]:
-        params = request.sampling
-        scaled_V = logits_V.float()
-        if params.temperature != 1.0:
-            scaled_V = scaled_V / params.temperature
-        logprobs_V = scaled_V - torch.logsumexp(scaled_V, dim=-1)
-        if not params.full_support:
-            scaled_V = _filter_top_k_top_p(scaled_V, params.top_k, params.top_p)
-        probs_V = torch.softmax(scaled_V, dim=-1)
-        token = int(torch.multinomial(probs_V, 1, generator=request.generator or self._generator))
-        return token, float(logprobs_V[token])
+    def _draw_seed(self) -> int:
+        return int(torch.randint(0, 1 << SEED_BITS, (1,), generator=self._generator))
 
     @staticmethod
     def _detect_cache_kwarg(model) -> str:
@@ -555,7 +450,7 @@ class LocalEngine:
         return frozenset(eos if isinstance(eos, list) else [eos])
 
 
-def _reason(request: _Request, matched: int | None) -> FinishReason:
+def _reason(request: Request, matched: int | None) -> FinishReason:
     if matched is not None:
         return "stop"
     if len(request.tokens) >= request.sampling.max_new_tokens:
@@ -574,6 +469,11 @@ def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
 def _resolve(future: asyncio.Future, generation: Generation) -> None:
     if not future.done():  # a cancelled caller has already gone
         future.set_result(generation)
+
+
+def _resolve_all(pairs: list[tuple[asyncio.Future, Generation]]) -> None:
+    for future, generation in pairs:
+        _resolve(future, generation)
 
 
 def _fail(future: asyncio.Future, exc: BaseException) -> None:
