@@ -11,7 +11,7 @@ from gspo_agents.logprobs import token_logprobs
 from gspo_agents.models import ModelConfig, load_model, resolve_model
 from gspo_agents.rollout.engine import Engine, EngineRequestError, SamplingParams
 from gspo_agents.rollout.local_engine import LocalEngine
-from gspo_agents.rollout.local_sampling import filter_top_k_top_p
+from gspo_agents.rollout.local_sampling import counter_uniforms, filter_top_k_top_p, sample_rows
 from gspo_agents.trajectory import Trajectory
 
 TOL = 1e-4
@@ -329,3 +329,92 @@ async def test_engine_logprobs_equal_the_learners_on_multi_turn_trajectories(
     assert int(mask.sum()) == sum(t.num_model_tokens for t in trajs) > 0
     gap = (learner_BT[mask] - batch.old_logprobs_BT[mask]).abs().max().item()
     assert gap < TOL, gap
+
+
+def splitmix_reference(seed: int, position: int) -> float:
+    """splitmix64 in plain Python integers: output number `position` of the stream `seed`."""
+    full = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & full
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & full
+        return z ^ (z >> 31)
+
+    return (mix((mix(seed) + (position + 1) * 0x9E3779B97F4A7C15) & full) >> 11) * 2.0**-53
+
+
+def test_counter_uniforms_equal_a_plain_integer_splitmix64():
+    seeds = [0, 1, 12345, 2**62 - 1, 987654321987]
+    positions = [0, 5, 1, 100, 7]
+    got = counter_uniforms(torch.tensor(seeds), torch.tensor(positions)).tolist()
+    assert got == [splitmix_reference(s, p) for s, p in zip(seeds, positions, strict=True)]
+
+
+def chi_square(tokens_N: torch.Tensor, probs_V: torch.Tensor) -> float:
+    counts_V = torch.bincount(tokens_N, minlength=probs_V.numel())[: probs_V.numel()].double()
+    expected_V = probs_V.double() * tokens_N.numel()
+    return float(((counts_V - expected_V) ** 2 / expected_V).sum())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_sampled_frequencies_follow_the_softmax(temperature):
+    logits_V = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    n = 40_000
+    logits_NV = logits_V.expand(n, -1)
+    # Across seeds at one position, and along one seed's stream.
+    by_seed, _ = sample_rows(
+        logits_NV, torch.full((n,), temperature), torch.arange(n), torch.zeros(n)
+    )
+    by_pos, _ = sample_rows(
+        logits_NV, torch.full((n,), temperature), torch.full((n,), 7), torch.arange(n)
+    )
+    probs_V = torch.softmax(logits_V / temperature, -1)
+    for tokens in (by_seed, by_pos):
+        assert chi_square(tokens, probs_V) < 20.5  # chi-square, 5 d.o.f., p = 0.001
+
+
+def test_filtered_sampling_follows_the_renormalised_support():
+    logits_V = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    n = 40_000
+    tokens, logprobs = sample_rows(
+        logits_V.expand(n, -1),
+        torch.ones(n),
+        torch.arange(n),
+        torch.zeros(n),
+        top_k_B=torch.full((n,), 4),
+        top_p_B=torch.full((n,), 0.9),
+    )
+    probs_V = torch.softmax(logits_V, -1)
+    kept_V = torch.isfinite(
+        filter_top_k_top_p(logits_V[None], torch.tensor([4]), torch.tensor([0.9]))
+    )[0]
+    assert kept_V.tolist() == [True, True, True, False, False, False]
+    assert kept_V[tokens].all()  # never outside the support
+    # Chi-square over the 3 kept tokens (2 d.o.f., p = 0.001).
+    assert chi_square(tokens, probs_V[:3] / probs_V[:3].sum()) < 13.8
+    assert torch.allclose(logprobs, torch.log(probs_V)[tokens])  # unfiltered log-probs
+
+
+def test_a_rows_token_depends_on_its_seed_and_position_not_on_the_batch():
+    torch.manual_seed(0)
+    logits_BV = torch.randn(32, 50)
+    seeds, positions = torch.arange(100, 132), torch.arange(32) % 5
+    tokens, _ = sample_rows(logits_BV, torch.ones(32), seeds, positions)
+    perm = torch.randperm(32)[:20]  # a different subset, in another order
+    again, _ = sample_rows(logits_BV[perm], torch.ones(20), seeds[perm], positions[perm])
+    assert again.tolist() == tokens[perm].tolist()
+
+
+async def test_a_seeded_request_samples_the_same_tokens_alone_or_in_any_batch(engine):
+    sampling = SamplingParams(max_new_tokens=20, seed=77, stop_token_ids=())
+    prompt = [1, 30, 31, 32, 33]
+    alone = await engine.generate(prompt, sampling, "alone", ignore_eos=True)
+    others = [
+        engine.generate(p, SamplingParams(max_new_tokens=9 + i % 7), f"o{i}")
+        for i, p in enumerate(prompts(16))
+    ]
+    crowd = await asyncio.gather(
+        *others[:9], engine.generate(prompt, sampling, "crowd", ignore_eos=True), *others[9:]
+    )
+    assert engine.stats.max_running > 1
+    assert crowd[9].token_ids == alone.token_ids and len(alone.token_ids) == 20
