@@ -33,7 +33,11 @@ def env_overrides(args) -> list[str]:
 
 
 def our_overrides(args, run_dir: str, *, async_rollouts: bool = False) -> list[str]:
-    """The `python -m gspo_agents.train` overrides of our side (also printed for reproduction)."""
+    """The `python -m gspo_agents.train` overrides of our side (also printed for reproduction).
+
+    Async mode runs one more step, untimed: a run's last step has no next batch to generate
+    during its update (the pipeline drains), just as its first has none ready (it fills)."""
+    steps = args.warmup + args.steps + (1 if async_rollouts else 0)
     return [
         *env_overrides(args),
         "model=hf",
@@ -42,7 +46,7 @@ def our_overrides(args, run_dir: str, *, async_rollouts: bool = False) -> list[s
         "algorithm=gspo",
         f"algorithm.filter_zero_spread_groups={str(args.filter_zero_spread).lower()}",
         "trainer.sft.enabled=false",
-        f"trainer.steps={args.warmup + args.steps}",
+        f"trainer.steps={steps}",
         f"trainer.tasks_per_step={args.tasks_per_step}",
         f"trainer.num_minibatches={args.num_minibatches}",
         f"trainer.lr={args.lr}",

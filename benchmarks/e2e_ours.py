@@ -141,14 +141,14 @@ def worker_ours(args, *, async_rollouts: bool) -> None:
     rows = read_metrics(run_dir)
     times = [0.0] + [r["time_s"] for r in rows]  # time_s counts from the tracker's start
     w = args.warmup
-    timed = rows[w:]
-    walls = [times[i + 1] - times[i] for i in range(w, len(rows))]
+    timed = rows[w : w + args.steps]  # async mode's extra last step (the drain) is not timed
+    walls = [times[i + 1] - times[i] for i in range(w, w + args.steps)]
     mode = "async rollouts, staleness 1" if async_rollouts else "sync"
     emit(
         summary(
             f"ours: gspo_agents.train (GSPO, LocalEngine, {mode})",
             walls,
-            [c for _, c in clock.intervals(w)],
+            [c for _, c in clock.intervals(w)][: args.steps],
             rollout_s=[r["rollout/wall_s"] for r in timed],
             update_s=[r.get("update_time_s", 0.0) for r in timed],
             completion_tokens=[
@@ -159,9 +159,9 @@ def worker_ours(args, *, async_rollouts: bool) -> None:
         )
         | {
             "step_time_s_mean": mean(r["step_time_s"] for r in timed),
-            "judge_runs_per_step": mean(judge_runs[w:]),
+            "judge_runs_per_step": mean(judge_runs[w : w + args.steps]),
             "phases_s_per_step": our_phases(probe, walls, w),
-            "overlap": overlap_summary(probe, w),
+            "overlap": overlap_summary(probe, w, args.steps),
             "staleness_mean": mean(r.get("rollout/staleness_mean", 0.0) for r in timed),
             "aborted_generations_per_step": mean(
                 r.get("rollout/aborted_generations", 0.0) for r in timed
@@ -180,8 +180,8 @@ def our_phases(probe: Probe, walls: list[float], warmup: int) -> dict[str, float
     return out
 
 
-def overlap_summary(probe: Probe, warmup: int) -> dict[str, float]:
-    rows = [r for r in probe.during_update if r["step"] >= warmup]
+def overlap_summary(probe: Probe, warmup: int, steps: int) -> dict[str, float]:
+    rows = [r for r in probe.during_update if warmup <= r["step"] < warmup + steps]
     update_s = sum(r["update_s"] for r in rows)
     return {
         "updates": len(rows),

@@ -28,6 +28,8 @@ What a "training step" is, for every row (the unit of the table):
   is generated and judged while step k trains; its in-flight turns are paused for the weight
   reload and finish under the new weights (per-token versions; the GSPO ratio uses the engine's
   log-probs). Its `overlap` line shows the engine's forward steps and CPU during the updates.
+  It runs one extra, untimed step at the end: a run's last step has nothing to generate
+  beside its update (the pipeline drains), as its first (warmup) has nothing ready (it fills).
 - TRL: one generation cycle of GRPOTrainer = `steps_per_generation` (4) of its optimizer steps,
   per_device_train_batch_size T*G/4, gradient_accumulation_steps 1, so each cycle generates T*G
   completions once and makes 4 updates (GSPO settings: importance_sampling_level="sequence",
@@ -224,6 +226,7 @@ def report(args, per_env: dict[str, argparse.Namespace], sides: list[dict]) -> d
             f"\n{env}, ours by hand: python -m gspo_agents.train "
             + " ".join(our_overrides(a, "RUN_DIR"))
         )
+        print(f"{env}, async row: the same with trainer.async_rollouts=true and 1 more step")
         print(
             f"{env}: model {a.model}  T={a.tasks_per_step} G={a.group_size} "
             f"max_new_tokens={a.max_new_tokens} minibatches/step={a.num_minibatches}"
