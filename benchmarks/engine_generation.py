@@ -17,6 +17,9 @@ model samples after the prompts until their summed frequency reaches that rate, 
 stop at them: rows then finish at different lengths (geometric, mean ~1/rate) and HF keeps
 decoding finished rows as padding until the last row ends while the engine drops them.
 
+Prompts: `--group-sizes 1 8` runs distinct prompts, then G=8 samples per prompt (the shape of a
+GSPO rollout batch: 8 tasks x 8 samples; HF gets the 64 rows as TRL passes them, repeated).
+
 Reported: useful tokens/s (completion tokens up to and including the stop token, the same count
 for both sides), ms per decode step (wall / forward steps; HF: / generated columns), the median of
 `--repeats` runs, ours and HF interleaved so both see the same machine load. Prints `uptime`'s
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -56,12 +60,15 @@ class Run:
         return 1000 * self.wall_s / max(self.steps, 1)
 
 
-def make_prompts(batch: int, length: int, vocab: int, seed: int) -> list[list[int]]:
-    """Prompts of length ~`length` (+-12%), so the batch is left-padded as in real rollouts."""
+def make_prompts(batch: int, length: int, vocab: int, seed: int, group: int = 1) -> list[list[int]]:
+    """Prompts of length ~`length` (+-12%), so the batch is left-padded as in real rollouts;
+    each one `group` times in a row (the G samples of a task share their prompt)."""
     g = torch.Generator().manual_seed(seed)
     spread = max(1, length // 8)
-    lengths = torch.randint(length - spread, length + spread + 1, (batch,), generator=g)
-    return [torch.randint(3, vocab, (int(n),), generator=g).tolist() for n in lengths]
+    tasks = -(-batch // group)
+    lengths = torch.randint(length - spread, length + spread + 1, (tasks,), generator=g)
+    unique = [torch.randint(3, vocab, (int(n),), generator=g).tolist() for n in lengths]
+    return [p for p in unique for _ in range(group)][:batch]
 
 
 def pick_stop_tokens(model, prompts: list[list[int]], rate: float) -> tuple[int, ...]:
@@ -144,6 +151,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt-lengths", type=int, nargs="+", default=[30, 230])
     p.add_argument("--new-tokens", type=int, nargs="+", default=[16, 192])
+    p.add_argument(
+        "--group-sizes", type=int, nargs="+", default=[1, 8], help="samples per prompt (G)"
+    )
     p.add_argument("--stop-rate", type=float, default=0.02, help="0: no early stops")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads, both sides")
@@ -160,8 +170,8 @@ async def bench(args) -> list[dict]:
     engine = LocalEngine(path, max_batch_size=args.batch, num_threads=args.threads)
     rows = []
     try:
-        for plen in args.prompt_lengths:
-            prompts = make_prompts(args.batch, plen, vocab, seed=plen)
+        for group, plen in itertools.product(args.group_sizes, args.prompt_lengths):
+            prompts = make_prompts(args.batch, plen, vocab, seed=plen, group=group)
             stops = pick_stop_tokens(model, prompts, args.stop_rate)
             for new in args.new_tokens:
                 await run_ours(engine, prompts[:4], 4, stops, "warm")  # first-call costs
@@ -170,15 +180,16 @@ async def bench(args) -> list[dict]:
                 for r in range(args.repeats):
                     runs["ours"].append(await run_ours(engine, prompts, new, stops, f"{plen}-{r}"))
                     runs["hf"].append(run_hf(model, prompts, new, stops, pad_id))
-                rows.append(summarise(args.batch, plen, new, stops, runs))
+                rows.append(summarise(args.batch, group, plen, new, stops, runs))
                 print_row(rows[-1])
     finally:
         await engine.close()
     return rows
 
 
-def summarise(batch, plen, new, stops, runs) -> dict:
-    row = {"batch": batch, "prompt_len": plen, "max_new_tokens": new, "stop_tokens": len(stops)}
+def summarise(batch, group, plen, new, stops, runs) -> dict:
+    row = {"batch": batch, "group": group, "prompt_len": plen, "max_new_tokens": new}
+    row["stop_tokens"] = len(stops)
     for side, rs in runs.items():
         row[f"{side}_tokens_per_s"] = statistics.median(r.tokens_per_s for r in rs)
         row[f"{side}_ms_per_step"] = statistics.median(r.ms_per_step for r in rs)
@@ -190,7 +201,8 @@ def summarise(batch, plen, new, stops, runs) -> dict:
 
 def print_row(row: dict) -> None:
     print(
-        f"B={row['batch']:3d} P~{row['prompt_len']:3d} N={row['max_new_tokens']:3d} | "
+        f"B={row['batch']:3d} G={row['group']} P~{row['prompt_len']:3d} "
+        f"N={row['max_new_tokens']:3d} | "
         f"ours {row['ours_tokens_per_s']:8.0f} tok/s {row['ours_ms_per_step']:6.2f} ms/step "
         f"({row['ours_useful_tokens']:.0f} tok) | "
         f"HF {row['hf_tokens_per_s']:8.0f} tok/s {row['hf_ms_per_step']:6.2f} ms/step "

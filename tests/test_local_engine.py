@@ -418,3 +418,25 @@ async def test_a_seeded_request_samples_the_same_tokens_alone_or_in_any_batch(en
     )
     assert engine.stats.max_running > 1
     assert crowd[9].token_ids == alone.token_ids and len(alone.token_ids) == 20
+
+
+async def test_identical_prompts_share_one_prefill_and_keep_exact_logprobs(engine, reference):
+    """The G samples of a task arrive with one prompt: it is prefilled once, and each sample
+    still gets its own tokens and exact log-probs."""
+    ps = prompts(4)
+    batch = [ps[0]] * 8 + [ps[1]] * 4 + ps[2:]
+    await engine.pause()
+    tasks = [
+        asyncio.create_task(
+            engine.generate(p, SamplingParams(max_new_tokens=12, temperature=0.9), f"g{i}")
+        )
+        for i, p in enumerate(batch)
+    ]
+    await asyncio.sleep(0.05)
+    before = engine.stats.prefill_rows
+    await engine.resume()
+    gens = await asyncio.gather(*tasks)
+    assert engine.stats.prefill_rows - before == 4
+    assert len({tuple(g.token_ids) for g in gens[:8]}) > 1  # samples differ
+    for p, g in zip(batch, gens, strict=True):
+        assert_matches_learner(reference, p, g, 0.9)

@@ -103,6 +103,39 @@ def new_cache(config) -> DynamicCache:
     return cache
 
 
+@dataclass(slots=True)
+class Prefill:
+    """The prefill forward of newly admitted requests. Requests with identical prompts (the G
+    samples of one task) share one row: the forward runs on U unique prompts, and `row_of_B`
+    maps each request to its prompt's row (None when all prompts differ)."""
+
+    ids_UL: torch.Tensor
+    mask_UL: torch.Tensor
+    row_of_B: torch.Tensor | None
+
+    @property
+    def positions_UL(self) -> torch.Tensor:
+        return (self.mask_UL.cumsum(-1) - 1).clamp(min=0)
+
+    @classmethod
+    def of(cls, requests: list[Request], mask_BL: torch.Tensor) -> Prefill:
+        unique: dict[tuple[int, ...], int] = {}  # prompt -> its row u
+        first_U, row_of = [], []  # first request of each row; each request's row
+        for i, r in enumerate(requests):
+            key = tuple(r.prompt)
+            if key not in unique:
+                unique[key] = len(first_U)
+                first_U.append(i)
+            row_of.append(unique[key])
+        length = mask_BL.shape[1]
+        ids_UL = torch.zeros(len(unique), length, dtype=torch.long)
+        for u, prompt in enumerate(unique):
+            ids_UL[u, length - len(prompt) :] = torch.tensor(prompt)
+        if len(unique) == len(requests):
+            return cls(ids_UL, mask_BL, None)
+        return cls(ids_UL, mask_BL[torch.tensor(first_U)], torch.tensor(row_of))
+
+
 class Batch:
     """The worker's running batch: requests, their KV cache, attention mask and next inputs."""
 
@@ -137,15 +170,13 @@ class Batch:
         return self.mask_buf[: len(self), : self.length + extra]
 
     @classmethod
-    def for_prefill(cls, requests: list[Request], config) -> tuple[Batch, torch.Tensor]:
-        """A batch of new requests with an empty cache, and its left-padded input ids [B, L]."""
+    def for_prefill(cls, requests: list[Request], config) -> tuple[Batch, Prefill]:
+        """A batch of new requests with an empty cache, and the forward that fills it."""
         batch = cls()
         batch.rows = list(requests)
         length = max(len(r.prompt) for r in requests)
-        ids_BL = torch.zeros(len(requests), length, dtype=torch.long)
         batch.mask_buf = torch.zeros(len(requests), _capacity(length), dtype=torch.long)
         for i, r in enumerate(requests):
-            ids_BL[i, length - len(r.prompt) :] = torch.tensor(r.prompt)
             batch.mask_buf[i, length - len(r.prompt) : length] = 1
         batch.cache = new_cache(config)
         batch.next_pos_B = batch.mask_buf.sum(-1)
@@ -155,10 +186,14 @@ class Batch:
         batch.top_k_B = torch.tensor([r.sampling.top_k for r in requests], dtype=torch.long)
         batch.top_p_B = torch.tensor([r.sampling.top_p for r in requests])
         batch.filtered = not all(r.sampling.full_support for r in requests)
-        return batch, ids_BL
+        return batch, Prefill.of(requests, batch.mask_buf[:, :length])
 
-    def prefill_mask_BL(self, length: int) -> torch.Tensor:
-        return self.mask_buf[:, :length]
+    def expand(self, row_of_B: torch.Tensor) -> None:
+        """After a prefill of unique prompts: give every row a copy of its prompt's cache."""
+        for layer in self.layers:
+            layer.key_buf = layer.key_buf.index_select(0, row_of_B)
+            layer.value_buf = layer.value_buf.index_select(0, row_of_B)
+            layer._view(len(row_of_B))
 
     def open_column(self) -> torch.Tensor:
         """Unmask the column the next decode step writes; return the mask including it."""

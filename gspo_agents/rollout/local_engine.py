@@ -49,6 +49,7 @@ class EngineStats:
     requests: int = 0
     forward_steps: int = 0
     max_running: int = 0  # the largest batch a decode step has run
+    prefill_rows: int = 0  # prompts prefilled (identical prompts admitted together count once)
 
 
 @dataclass(slots=True)
@@ -381,10 +382,12 @@ class LocalEngine:
         return out.logits[:, -1]
 
     def _prefill(self, requests: list[Request]) -> Batch:
-        new, ids_BL = Batch.for_prefill(requests, self._model.config)
-        mask_BL = new.prefill_mask_BL(ids_BL.shape[1])
-        positions_BL = (mask_BL.cumsum(-1) - 1).clamp(min=0)
-        logits_BV = self._forward(ids_BL, mask_BL, positions_BL, new.cache)
+        new, prefill = Batch.for_prefill(requests, self._model.config)
+        logits_BV = self._forward(prefill.ids_UL, prefill.mask_UL, prefill.positions_UL, new.cache)
+        self.stats.prefill_rows += len(prefill.ids_UL)
+        if prefill.row_of_B is not None:
+            new.expand(prefill.row_of_B)
+            logits_BV = logits_BV[prefill.row_of_B]
         self._sample_and_retire(new, logits_BV)
         return new
 
