@@ -8,23 +8,11 @@ import uuid
 import httpx
 import pytest
 import torch
+from engine_helpers import TOL, learner_logprobs, server_info, wait_steps
 
-from gspo_agents.logprobs import token_logprobs
-from gspo_agents.models import ModelConfig, load_model, resolve_model
-from gspo_agents.serve import launch
+from gspo_agents.models import load_model
 
-TOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def tiny_path() -> str:
-    return resolve_model(ModelConfig(name="tiny"))
-
-
-@pytest.fixture(scope="module")
-def server(tiny_path):
-    with launch(model_path=tiny_path, extra_args=["--num-threads", "1"]) as srv:
-        yield srv
+pytest_plugins = ["engine_fixtures"]
 
 
 @pytest.fixture
@@ -45,23 +33,7 @@ def gen_body(ids, max_new_tokens=8, rid=None, **sampling):
     return body
 
 
-def learner_logprobs(model, prompt, tokens, temperature=1.0) -> torch.Tensor:
-    ids = torch.tensor([prompt + tokens])
-    with torch.no_grad():
-        return token_logprobs(model(ids).logits, ids, temperature)[0, len(prompt) :]
-
-
-async def server_stats(client) -> dict:
-    return (await client.get("/get_server_info")).json()
-
-
-async def wait_steps(client, steps: int) -> None:
-    start = (await server_stats(client))["stats"]["forward_steps"]
-    while (await server_stats(client))["stats"]["forward_steps"] < start + steps:
-        await asyncio.sleep(0.02)
-
-
-async def test_generate_has_sglang_shape_and_learner_logprobs(client, tiny_path):
+async def test_generate_has_sglang_shape_and_learner_logprobs(client, reference):
     prompt = [1, 30, 31, 32]
     resp = await client.post("/generate", json=gen_body(prompt, 10, rid="r-shape", temperature=0.7))
     assert resp.status_code == 200
@@ -76,7 +48,7 @@ async def test_generate_has_sglang_shape_and_learner_logprobs(client, tiny_path)
     assert meta["weight_version"] == "0"
     if meta["finish_reason"]["type"] == "length":
         assert meta["finish_reason"] == {"type": "length", "length": 10}
-    expected = learner_logprobs(load_model(tiny_path), prompt, body["output_ids"], 0.7)
+    expected = learner_logprobs(reference, prompt, body["output_ids"], 0.7)
     assert torch.allclose(torch.tensor([t[0] for t in triples]), expected, atol=TOL, rtol=0)
 
 
@@ -94,25 +66,25 @@ async def test_list_of_input_ids_is_a_batch_answered_in_order(client):
     assert [b["output_ids"] for b in batch] == [s["output_ids"] for s in singles]
 
 
-async def test_concurrent_requests_are_batched(client):
+async def test_concurrent_requests_are_batched(client, server):
     assert (await client.post("/pause_generation", json={"mode": "abort"})).status_code == 200
-    before = (await server_stats(client))["stats"]["requests"]
+    before = (await server_info(server.url))["stats"]["requests"]
     tasks = [
         asyncio.create_task(client.post("/generate", json=gen_body([1, 9 + i], 3)))
         for i in range(32)
     ]
-    while (await server_stats(client))["stats"]["requests"] < before + 32:
+    while (await server_info(server.url))["stats"]["requests"] < before + 32:
         await asyncio.sleep(0.02)  # all 32 are queued behind the pause
     assert (await client.post("/continue_generation")).status_code == 200
     answers = await asyncio.gather(*tasks)
     assert all(a.status_code == 200 for a in answers)
-    assert (await server_stats(client))["stats"]["max_running"] >= 32
+    assert (await server_info(server.url))["stats"]["max_running"] >= 32
 
 
-async def test_abort_by_rid_prefix_returns_partial_tokens_with_200(client):
+async def test_abort_by_rid_prefix_returns_partial_tokens_with_200(client, server):
     rid = uuid.uuid4().hex
     task = asyncio.create_task(client.post("/generate", json=gen_body([1, 77], 3000, rid=rid)))
-    await wait_steps(client, 5)
+    await wait_steps(server.url, 5)
     resp = await client.post("/abort_request", json={"rid": rid[:8]})
     assert resp.status_code == 200
     answer = await task
@@ -123,9 +95,9 @@ async def test_abort_by_rid_prefix_returns_partial_tokens_with_200(client):
         assert 0 < len(meta["output_token_logprobs"]) < 3000
 
 
-async def test_pause_aborts_in_flight_and_holds_new_until_continue(client):
+async def test_pause_aborts_in_flight_and_holds_new_until_continue(client, server):
     running = asyncio.create_task(client.post("/generate", json=gen_body([1, 88], 3000)))
-    await wait_steps(client, 3)
+    await wait_steps(server.url, 3)
     await client.post("/pause_generation", json={"mode": "abort"})
     aborted = (await running).json()["meta_info"]
     assert aborted["finish_reason"]["type"] in ("abort", "stop")
@@ -140,16 +112,15 @@ async def test_client_disconnect_frees_the_request(server):
     async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(1.0)) as impatient:
         with pytest.raises(httpx.ReadTimeout):
             await impatient.post("/generate", json=gen_body([1, 99], 3000))
-    async with httpx.AsyncClient(base_url=server.url, timeout=30.0) as c:
-        for _ in range(500):
-            if (await server_stats(c))["num_live_requests"] == 0:
-                break
-            await asyncio.sleep(0.02)
-        assert (await server_stats(c))["num_live_requests"] == 0
+    for _ in range(500):
+        if (await server_info(server.url))["num_live_requests"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert (await server_info(server.url))["num_live_requests"] == 0
 
 
 async def test_update_weights_from_disk_sets_version_and_changes_logprobs(
-    client, tiny_path, tmp_path
+    client, tiny_path, reference, tmp_path
 ):
     torch.manual_seed(1)
     new_model = load_model(tiny_path)
@@ -178,7 +149,7 @@ async def test_update_weights_from_disk_sets_version_and_changes_logprobs(
         assert torch.allclose(
             got, learner_logprobs(new_model, prompt, body["output_ids"]), atol=TOL
         )
-        old = learner_logprobs(load_model(tiny_path), prompt, body["output_ids"])
+        old = learner_logprobs(reference, prompt, body["output_ids"])
         assert not torch.allclose(got, old, atol=TOL)
     finally:  # later tests expect the original weights
         await client.post(
