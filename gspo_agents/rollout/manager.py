@@ -28,7 +28,9 @@ exception from astep), an engine failure that outlasts the retries, or the deadl
 trajectory `error` with a message and count it in the metrics; it is never given a reward of 0.
 Bugs (bad configuration, chat-template problems) propagate.
 
-It knows nothing of HTTP or of the learner: it talks to an `Engine` and to `TextEnv`s.
+It knows nothing of HTTP or of the learner: it talks to an `Engine` and to `TextEnv`s. Its
+config and result records live in records.py, the pieces of an episode outside the loop (how a
+trajectory ends, request ids, task helpers) in episode.py.
 """
 
 from __future__ import annotations
@@ -36,14 +38,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-import itertools
 import logging
-import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from envs.base import TextEnv
 from envs.errors import InfraError
@@ -55,7 +54,19 @@ from gspo_agents.rollout.engine import (
     Generation,
     SamplingParams,
 )
+from gspo_agents.rollout.episode import (
+    Stale,
+    TrajectoryFailed,
+    abort_quietly,
+    checked_step,
+    mark_error,
+    oldest_version,
+    request_id,
+    run_all,
+    truncate,
+)
 from gspo_agents.rollout.metrics import RolloutStats, stats_metrics, trajectory_metrics
+from gspo_agents.rollout.records import RolloutConfig, RolloutResult
 from gspo_agents.rollout.staleness import drop_stale, is_stale, max_prefetch_depth
 from gspo_agents.trajectory import Status, Trajectory
 
@@ -67,70 +78,6 @@ _MAX_STALE_RESTARTS = 2  # a trajectory overtaken by this many extra updates is 
 _ENGINE_ATTEMPTS = 4  # one call plus retries of a retryable EngineError (another worker may serve)
 _ENGINE_BACKOFF_S = (0.2, 0.5, 1.0)
 _MAX_UNEXPLAINED_ABORTS = 3  # aborts with no weight update behind them before we give up
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutConfig:
-    num_samples_per_task: int = 8  # G
-    max_new_tokens_per_turn: int = 256
-    max_context_tokens: int = 2048  # prompt + all turns; shrinks max_new_tokens as it fills
-    max_turns: int | None = None  # None -> the env's own max_turns
-    max_live_trajectories: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_staleness_steps: int = 1
-    trajectory_timeout_s: float = 600.0
-    seed: int | None = None  # per-request sampling seeds: same seed, same samples, any batching
-
-    def __post_init__(self) -> None:
-        positive = (
-            "num_samples_per_task",
-            "max_new_tokens_per_turn",
-            "max_context_tokens",
-            "max_live_trajectories",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ValueError(
-                f"rollout.max_turns must be >= 1 or None (env's own), got {self.max_turns}"
-            )
-        if self.max_staleness_steps < 0:
-            raise ValueError(
-                f"rollout.max_staleness_steps must be >= 0, got {self.max_staleness_steps}"
-            )
-        if self.trajectory_timeout_s <= 0:
-            raise ValueError(
-                f"rollout.trajectory_timeout_s must be > 0, got {self.trajectory_timeout_s}"
-            )
-        # Validates temperature/top_p/top_k the same way every request will.
-        SamplingParams(1, self.temperature, self.top_p, self.top_k)
-
-
-@dataclass(slots=True)
-class RolloutResult:
-    # One list per task: its complete, truncated and error trajectories (stale ones are dropped).
-    groups: list[list[Trajectory]]
-    metrics: dict[str, float]
-
-    @property
-    def trajectories(self) -> list[Trajectory]:
-        return [t for g in self.groups for t in g]
-
-
-class _TrajectoryFailed(Exception):
-    """An expected failure that ends one trajectory with status error."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Stale(Exception):
-    """A running trajectory fell more than max_staleness_steps behind the weights."""
 
 
 class RolloutManager:
@@ -243,7 +190,7 @@ class RolloutManager:
         stats = RolloutStats()
         G = self.cfg.num_samples_per_task
         group_ids = [uuid.uuid4().hex for _ in tasks]
-        results = await _run_all(
+        results = await run_all(
             self._run_trajectory(task, gid, stats, sample)
             for task, gid in zip(tasks, group_ids, strict=True)
             for sample in range(G)
@@ -288,7 +235,7 @@ class RolloutManager:
                 messages, _ = env.reset(options={"task": task})
             except InfraError as exc:  # e.g. a sandbox the episode needs did not start
                 traj = Trajectory([], task_id=task_id, group_id=group_id)
-                _mark_error(traj, "env_infra", f"InfraError in reset: {exc}", stats)
+                mark_error(traj, "env_infra", f"InfraError in reset: {exc}", stats)
                 return traj
             traj = Trajectory(self.chat.prompt_ids(messages), task_id=task_id, group_id=group_id)
             traj.info["sample"] = sample
@@ -296,14 +243,14 @@ class RolloutManager:
                 await asyncio.wait_for(
                     self._episode(env, traj, stats), self.cfg.trajectory_timeout_s
                 )
-            except _Stale:
+            except Stale:
                 stats.restarted_stale += 1
                 return None
-            except _TrajectoryFailed as exc:
-                _mark_error(traj, exc.kind, str(exc), stats)
+            except TrajectoryFailed as exc:
+                mark_error(traj, exc.kind, str(exc), stats)
             except asyncio.TimeoutError:
                 msg = f"trajectory deadline of {self.cfg.trajectory_timeout_s} s exceeded"
-                _mark_error(traj, "timeout", msg, stats)
+                mark_error(traj, "timeout", msg, stats)
             return traj
         finally:
             env.close()
@@ -313,12 +260,12 @@ class RolloutManager:
 
         Produces the trajectory's segments, reward and status in place. Waits on the engine (a
         turn) and on the env (a step); ends when the env terminates or truncates, or when the
-        turn or context budget is spent. Expected failures leave as _TrajectoryFailed, a stale
-        trajectory as _Stale; the caller's deadline cancels it."""
+        turn or context budget is spent. Expected failures leave as TrajectoryFailed, a stale
+        trajectory as Stale; the caller's deadline cancels it."""
         max_turns = self.cfg.max_turns or env.max_turns
         if len(traj.prompt_ids) >= self.cfg.max_context_tokens:
             # Nothing to generate and nothing to score: counted, never trained on (no reward).
-            return _truncate(traj, "prompt", stats)
+            return truncate(traj, "prompt", stats)
         while True:
             turn_ids, finish = await self._model_turn(traj, stats)
             traj.close_turn()
@@ -334,15 +281,15 @@ class RolloutManager:
                 traj.status = Status.COMPLETE
                 return
             if truncated or traj.num_turns >= max_turns:
-                return _truncate(traj, "turns", stats)
+                return truncate(traj, "turns", stats)
             if not obs:
-                raise _TrajectoryFailed(
+                raise TrajectoryFailed(
                     "env_exception", "env.step returned no messages but did not end the episode"
                 )
             obs_ids = self.chat.observation_ids(obs, turn_ids)
             # Room for the observation and at least one more model token, or the episode ends.
             if traj.num_tokens + len(obs_ids) >= self.cfg.max_context_tokens:
-                return _truncate(traj, "context", stats)
+                return truncate(traj, "context", stats)
             traj.append_env(obs_ids)
 
     async def _model_turn(self, traj: Trajectory, stats: RolloutStats) -> tuple[list[int], str]:
@@ -365,8 +312,8 @@ class RolloutManager:
                 break
             if not self._gate.is_set():
                 await self._gate.wait()
-            if is_stale(_oldest_version(traj), self._version, self.cfg.max_staleness_steps):
-                raise _Stale
+            if is_stale(oldest_version(traj), self._version, self.cfg.max_staleness_steps):
+                raise Stale
             updates_before, version_before = self._updates, self._version
             gen = await self._generate(traj, self._sampling(budget, traj), stats)
             if gen.token_ids and gen.weight_version < version_before:
@@ -388,7 +335,7 @@ class RolloutManager:
             await self._gate.wait()
             unexplained_aborts = 0 if self._updates != updates_before else unexplained_aborts + 1
             if unexplained_aborts > _MAX_UNEXPLAINED_ABORTS:
-                raise _TrajectoryFailed(
+                raise TrajectoryFailed(
                     "engine",
                     f"engine aborted the request {unexplained_aborts} times without a weight update",
                 )
@@ -419,118 +366,32 @@ class RolloutManager:
                 await asyncio.sleep(_ENGINE_BACKOFF_S[min(attempt, len(_ENGINE_BACKOFF_S)) - 1])
                 if not self._gate.is_set():
                     await self._gate.wait()
-            rid = _request_id(traj)
+            rid = request_id(traj)
             started = time.perf_counter()
             try:
                 return await self.engine.generate(input_ids, sampling, rid)
             except EngineRequestError as exc:
-                raise _TrajectoryFailed("engine", f"engine rejected the request: {exc}") from exc
+                raise TrajectoryFailed("engine", f"engine rejected the request: {exc}") from exc
             except EngineError as exc:
                 last = exc
             except asyncio.CancelledError:
-                await _abort_quietly(self.engine, rid)
+                await abort_quietly(self.engine, rid)
                 raise
             finally:
                 stats.engine_calls += 1
                 stats.engine_s += time.perf_counter() - started
-        raise _TrajectoryFailed(
+        raise TrajectoryFailed(
             "engine", f"engine failed {_ENGINE_ATTEMPTS} times: {type(last).__name__}: {last}"
         ) from last
 
     async def _env_step(self, env: TextEnv, action: str, stats: RolloutStats):
         started = time.perf_counter()
         try:
-            return _checked_step(await env.astep(action))
+            return checked_step(await env.astep(action))
         except InfraError as exc:
-            raise _TrajectoryFailed("env_infra", f"InfraError: {exc}") from exc
+            raise TrajectoryFailed("env_infra", f"InfraError: {exc}") from exc
         except Exception as exc:  # an env that raises is reported, never scored
-            raise _TrajectoryFailed("env_exception", f"{type(exc).__name__}: {exc}") from exc
+            raise TrajectoryFailed("env_exception", f"{type(exc).__name__}: {exc}") from exc
         finally:
             stats.env_steps += 1
             stats.env_s += time.perf_counter() - started
-
-
-# -- helpers ------------------------------------------------------------------------------------
-def _checked_step(result: Any) -> tuple[list, float, bool, bool, dict]:
-    """The env's step result, validated: a malformed one is that env's bug, reported on its
-    trajectory (env_exception), never a crash of the batch and never a NaN in the advantages."""
-    if not isinstance(result, tuple) or len(result) != 5:
-        raise TypeError(
-            "step must return (messages, reward, terminated, truncated, info), "
-            f"got {type(result).__name__} {str(result)[:80]!r}"
-        )
-    obs, reward, terminated, truncated, info = result
-    try:
-        reward = float(reward)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"step returned a non-numeric reward {reward!r}") from exc
-    if not math.isfinite(reward):
-        raise ValueError(f"step returned a non-finite reward {reward!r}")
-    if not isinstance(obs, list) or not isinstance(info, dict):
-        raise TypeError(
-            f"step must return a list of messages and an info dict, got "
-            f"{type(obs).__name__} and {type(info).__name__}"
-        )
-    return obs, reward, bool(terminated), bool(truncated), info
-
-
-def _oldest_version(traj: Trajectory) -> int | None:
-    # Versions only grow along a trajectory, so the first model token is the oldest one; this
-    # avoids walking every token on every turn. An engine that answered from older weights
-    # breaks that order: then walk them all.
-    if traj.info.get("behind_version"):
-        return traj.min_version
-    for seg in traj.segments:
-        if seg.kind == "model":
-            return seg.versions[0]  # type: ignore[index]
-    return None
-
-
-_RID_PREFIX = uuid.uuid4().hex[:16]  # random per process: rids of two processes never collide
-_rid_counter = itertools.count()
-
-
-def _request_id(traj: Trajectory) -> str:
-    # "<trajectory uid>-<32 hex>": SGLang aborts by rid PREFIX and these all have one length, so no
-    # rid is a prefix of another; the trajectory uid in front lets an engine route sticky by it
-    # (SGLangEngine strips the "-<32 hex>" tail). A counter instead of uuid4: no syscall per turn.
-    return f"{traj.uid}-{_RID_PREFIX}{next(_rid_counter):016x}"
-
-
-async def _abort_quietly(engine: Engine, rid: str) -> None:
-    """Abort a request we stopped waiting for; shielded so a second cancel cannot cut it short."""
-    try:
-        await asyncio.shield(engine.abort(rid))
-    except EngineError as exc:
-        log.warning("could not abort request %s: %s", rid, exc)
-
-
-def _truncate(traj: Trajectory, reason: str, stats: RolloutStats) -> None:
-    traj.status = Status.TRUNCATED
-    traj.info["truncated_by"] = reason
-    stats.truncations[reason] += 1
-
-
-def _mark_error(traj: Trajectory, kind: str, message: str, stats: RolloutStats) -> None:
-    traj.status = Status.ERROR
-    traj.reward = None
-    traj.error = message
-    traj.info["error_kind"] = kind
-    traj.close_turn()
-    stats.errors[kind] += 1
-
-
-async def _run_all(coros: Iterable[Awaitable[T]]) -> list[T]:
-    """Run coroutines concurrently; if one raises (a bug) or we are cancelled, cancel the rest.
-
-    asyncio.TaskGroup semantics on Python 3.10 as well: every task is referenced and awaited.
-    """
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        pending = [t for t in tasks if not t.done()]
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.wait(pending)

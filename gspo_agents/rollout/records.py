@@ -1,0 +1,69 @@
+"""The rollout manager's typed input and output: RolloutConfig (frozen) and RolloutResult.
+
+RolloutConfig is the single source of the rollout settings: the Hydra schema in
+gspo_agents/config.py is derived from it (same fields, a mutable copy whose seed follows
+`trainer.seed`). Holds no logic beyond validating the values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gspo_agents.rollout.engine import SamplingParams
+
+if TYPE_CHECKING:  # trajectory.py imports torch; the Hydra schema imports this module
+    from gspo_agents.trajectory import Trajectory
+
+__all__ = ["RolloutConfig", "RolloutResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    num_samples_per_task: int = 8  # G
+    max_new_tokens_per_turn: int = 256
+    max_context_tokens: int = 2048  # prompt + all turns; shrinks max_new_tokens as it fills
+    max_turns: int | None = None  # None -> the env's own max_turns
+    max_live_trajectories: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_staleness_steps: int = 1
+    trajectory_timeout_s: float = 600.0
+    seed: int | None = None  # per-request sampling seeds: same seed, same samples, any batching
+
+    def __post_init__(self) -> None:
+        positive = (
+            "num_samples_per_task",
+            "max_new_tokens_per_turn",
+            "max_context_tokens",
+            "max_live_trajectories",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"rollout.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(
+                f"rollout.max_turns must be >= 1 or None (env's own), got {self.max_turns}"
+            )
+        if self.max_staleness_steps < 0:
+            raise ValueError(
+                f"rollout.max_staleness_steps must be >= 0, got {self.max_staleness_steps}"
+            )
+        if self.trajectory_timeout_s <= 0:
+            raise ValueError(
+                f"rollout.trajectory_timeout_s must be > 0, got {self.trajectory_timeout_s}"
+            )
+        # Validates temperature/top_p/top_k the same way every request will.
+        SamplingParams(1, self.temperature, self.top_p, self.top_k)
+
+
+@dataclass(slots=True)
+class RolloutResult:
+    # One list per task: its complete, truncated and error trajectories (stale ones are dropped).
+    groups: list[list[Trajectory]]
+    metrics: dict[str, float]
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [t for g in self.groups for t in g]
