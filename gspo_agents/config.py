@@ -10,12 +10,16 @@ snapshotted by a test, so growing the surface is a decision, not an accident.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
+
+from gspo_agents.rollout.records import RolloutConfig as RolloutRecord
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
@@ -63,19 +67,31 @@ class AlgorithmConfig:
     filter_zero_spread_groups: bool = True
 
 
-@dataclass
-class RolloutConfig:
-    num_samples_per_task: int = 8
-    max_new_tokens_per_turn: int = 64
-    max_context_tokens: int = 512
-    max_turns: int | None = None
-    max_live_trajectories: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_staleness_steps: int = 1
-    trajectory_timeout_s: float = 600.0
-    seed: int | None = "${trainer.seed}"  # type: ignore[assignment]  # null: unseeded sampling
+def hydra_schema(record: type, **defaults: Any) -> type:
+    """A mutable, slot-free dataclass with `record`'s fields, for Hydra's ConfigStore: a frozen
+    record would make its config node read-only, and overrides could not be merged into it.
+    `defaults` replace field defaults (e.g. an interpolation). The component's own record stays
+    the single source of the fields; it validates the values when the component is built."""
+    hints = typing.get_type_hints(record)
+    unknown = set(defaults) - {f.name for f in dataclasses.fields(record)}
+    if unknown:
+        raise TypeError(f"{record.__name__} has no field(s) {sorted(unknown)}")
+
+    def copy(f: dataclasses.Field) -> Any:
+        if f.name in defaults:
+            return field(default=defaults[f.name])
+        if f.default_factory is not dataclasses.MISSING:
+            return field(default_factory=f.default_factory)
+        return field(default=f.default)
+
+    fields = [(f.name, hints[f.name], copy(f)) for f in dataclasses.fields(record)]
+    return dataclasses.make_dataclass(record.__name__, fields, namespace={"__module__": __name__})
+
+
+if TYPE_CHECKING:
+    RolloutConfig = RolloutRecord
+else:  # the manager's RolloutConfig, with the seed following trainer.seed (null: unseeded)
+    RolloutConfig = hydra_schema(RolloutRecord, seed="${trainer.seed}")
 
 
 @dataclass

@@ -6,6 +6,7 @@ The HTTP path (serve + SGLangEngine) and worker faults are in test_manager_http.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -343,6 +344,20 @@ def test_bad_config_names_the_field():
         RolloutConfig(temperature=0.0)
     with pytest.raises(ValueError, match="max_turns"):
         RolloutConfig(max_turns=0)
+
+
+def test_hydra_schema_is_the_managers_config_with_the_seed_from_the_trainer():
+    from gspo_agents.config import RolloutConfig as RolloutSchema
+    from gspo_agents.config import hydra_schema
+
+    def defaults(cls) -> dict:
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    schema, record = defaults(RolloutSchema), defaults(RolloutConfig)
+    assert schema.pop("seed") == "${trainer.seed}" and record.pop("seed") is None
+    assert list(schema.items()) == list(record.items())  # same fields, order and defaults
+    with pytest.raises(TypeError, match="seeed"):
+        hydra_schema(RolloutConfig, seeed=1)
 
 
 async def test_weight_versions_must_grow(engine, tokenizer, model_dir):
