@@ -9,7 +9,8 @@ GRPOTrainer, on two workloads, one table.
 Workloads (`--env`):
 - arithmetic: `envs.arithmetic` (difficulty 2), 16 new tokens; reward = `ArithmeticEnv.step`.
 - codeforces: the product's headline use, generation + judging + update. Codeforces-v0 training
-  tasks (`envs/codeforces`, single turn), 128 new tokens, starting from the cached cold-start SFT
+  tasks (`envs/codeforces`, single turn), 128 new tokens, lr 1e-5 (at 1e-3 the samples drift
+  within a few steps, so the rows would stop doing the same work), from the cached cold-start SFT
   weights for codeforces (`gspo_agents.sft.ensure_cold_start`, the weights
   `python -m gspo_agents.train env=codeforces` starts from; built once if missing; `--no-sft`
   for the raw tiny model, which writes no code and so is never judged). Reward = the sandbox's
@@ -77,6 +78,7 @@ import time
 from pathlib import Path
 
 from e2e_common import (
+    DEFAULT_LR,
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_SFT,
     RESULT,
@@ -113,7 +115,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--difficulty", type=int, default=2, help="arithmetic env difficulty")
     p.add_argument("--sandbox-concurrency", type=int, default=4, help="codeforces judge slots")
     p.add_argument("--max-context-tokens", type=int, default=1024, help="codeforces (ours)")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument(
+        "--lr", type=float, default=None, help="both sides (default: arithmetic 1e-3, code 1e-5)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--threads", type=int, default=None, help="torch threads per worker (default: torch's)"
@@ -145,6 +149,8 @@ def for_env(args, env: str) -> argparse.Namespace:
         out.max_new_tokens = DEFAULT_MAX_NEW_TOKENS[env]
     if out.sft is None:
         out.sft = DEFAULT_SFT[env]
+    if out.lr is None:
+        out.lr = DEFAULT_LR[env]
     return out
 
 
