@@ -10,7 +10,9 @@ import torch
 from gspo_agents.logprobs import token_logprobs
 from gspo_agents.models import ModelConfig, load_model, resolve_model
 from gspo_agents.rollout.engine import Engine, EngineRequestError, SamplingParams
+from gspo_agents.rollout.local_batch import new_cache
 from gspo_agents.rollout.local_engine import LocalEngine
+from gspo_agents.rollout.local_forward import Qwen3Forward
 from gspo_agents.rollout.local_sampling import counter_uniforms, filter_top_k_top_p, sample_rows
 from gspo_agents.trajectory import Trajectory
 
@@ -440,3 +442,33 @@ async def test_identical_prompts_share_one_prefill_and_keep_exact_logprobs(engin
     assert len({tuple(g.token_ids) for g in gens[:8]}) > 1  # samples differ
     for p, g in zip(batch, gens, strict=True):
         assert_matches_learner(reference, p, g, 0.9)
+
+
+def test_qwen3_fast_forward_equals_the_transformers_forward(reference):
+    """Prefill of a left-padded batch, then decode steps: same logits as transformers' own
+    forward (with its DynamicCache), to float rounding."""
+    from transformers import DynamicCache
+
+    fast = Qwen3Forward.for_model(reference)
+    assert fast is not None
+    ps = prompts(6)
+    length = max(len(p) for p in ps)
+    ids = torch.tensor([[0] * (length - len(p)) + p for p in ps])
+    mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in ps])
+    ours, theirs = new_cache(reference.config), DynamicCache(config=reference.config)
+    cache_kwarg = LocalEngine._detect_cache_kwarg(reference)
+    with torch.inference_mode():
+        for step in range(4):
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]
+            got = fast(ids, mask, positions, ours)
+            want = reference(
+                input_ids=ids, attention_mask=mask, position_ids=positions, **{cache_kwarg: theirs}
+            ).logits[:, -1]
+            assert torch.allclose(got, want, atol=1e-5, rtol=0), (step, (got - want).abs().max())
+            ids = torch.argmax(want, -1, keepdim=True)
+            mask = torch.cat([mask, torch.ones(len(ps), 1, dtype=torch.long)], 1)
+
+
+def test_fast_forward_is_used_for_plain_qwen3_only(tiny_path, reference):
+    assert Qwen3Forward.for_model(reference) is not None
+    assert Qwen3Forward.for_model(load_model(resolve_model(ModelConfig(name="tiny-moe")))) is None

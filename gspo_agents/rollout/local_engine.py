@@ -39,6 +39,7 @@ from gspo_agents.rollout.engine import (
     SamplingParams,
 )
 from gspo_agents.rollout.local_batch import Batch, Request
+from gspo_agents.rollout.local_forward import Qwen3Forward
 from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed, sample_rows
 
 
@@ -83,6 +84,7 @@ class LocalEngine:
         self._dtype = dtype
         self._model = load_model(model_path, dtype)
         self._cache_kwarg = self._detect_cache_kwarg(self._model)
+        self._fast_forward = Qwen3Forward.for_model(self._model)
         self._eos_ids = self._eos_of(self._model) if stop_on_eos else frozenset()
         self._max_batch = max_batch_size
         self._version = weight_version
@@ -335,6 +337,7 @@ class LocalEngine:
             if running == 0:
                 self._model, self._version = self._swap.model, self._swap.version
                 self._cache_kwarg = self._detect_cache_kwarg(self._model)
+                self._fast_forward = Qwen3Forward.for_model(self._model)
                 self._swap.done.set()
                 self._swap = None
             return []  # no admissions while a swap waits for the batch to drain
@@ -370,6 +373,8 @@ class LocalEngine:
             batch.merge(self._prefill(admitted))
 
     def _forward(self, input_ids, mask_BL, positions, cache):
+        if self._fast_forward is not None:
+            return self._fast_forward(input_ids, mask_BL, positions, cache)
         kwargs = {self._cache_kwarg: cache}
         out = self._model(
             input_ids=input_ids,
