@@ -8,6 +8,7 @@ several runs, the markdown table. Nothing here trains, generates or judges.
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -75,22 +76,29 @@ def compose(overrides: list[str]):
         return hydra_compose("config", overrides=overrides)
 
 
+@functools.cache
+def _env_spec(overrides: tuple[str, ...]) -> tuple[str, dict, int | None]:
+    from omegaconf import OmegaConf
+
+    env = compose(list(overrides)).env
+    return env.name, OmegaConf.to_container(env.kwargs, resolve=True), env.max_train_tasks
+
+
 def make_env(args, sandbox=None):
-    """The workload's env; a code env judges on `sandbox` (a shared `sandbox.Sandbox`)."""
-    if args.env == "arithmetic":
-        from envs.arithmetic import ArithmeticEnv
+    """The workload's env, built from the same composed config (name and kwargs) as our run;
+    a code env judges on `sandbox` (a shared `sandbox.Sandbox`)."""
+    import envs
 
-        return ArithmeticEnv(difficulty=args.difficulty)
-    from envs.codeforces.env import CodeforcesEnv
-
-    return CodeforcesEnv(sandbox=sandbox)
+    name, kwargs, _ = _env_spec(tuple(env_overrides(args)))
+    return envs.make(name, **kwargs, **({"sandbox": sandbox} if sandbox is not None else {}))
 
 
 def step_tasks(args) -> list[list[dict]]:
     """The task rows of every step, exactly as our training loop picks them."""
     from gspo_agents.batching import tasks_for_step
 
-    tasks = make_env(args).load_tasks("train")
+    max_tasks = _env_spec(tuple(env_overrides(args)))[2]
+    tasks = make_env(args).load_tasks("train")[: max_tasks or None]
     total = args.warmup + args.steps
     return [tasks_for_step(tasks, s, args.tasks_per_step, args.seed) for s in range(total)]
 
