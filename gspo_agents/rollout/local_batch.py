@@ -17,34 +17,16 @@ Shape legend: B rows, L cache length (incl. left padding), C capacity (>= L), V 
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from gspo_agents.rollout.engine import EngineError, SamplingParams
+from gspo_agents.rollout.engine import EngineError
+from gspo_agents.rollout.local_request import Request
 
 _MIN_CAPACITY = 64
-
-
-@dataclass(slots=True, eq=False)
-class Request:
-    """One generate() call while the engine holds it (fields after `seed` are the worker's)."""
-
-    rid: str
-    prompt: list[int]
-    sampling: SamplingParams
-    stop_ids: frozenset[int]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    seed: int  # the counter-based sampler's stream (SamplingParams.seed, or drawn at submit)
-    submitted_at: float
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    aborted: bool = False  # set by any thread under the engine lock; read by the worker
-    version: int = 0
 
 
 class BufferLayer(DynamicLayer):

@@ -4,12 +4,22 @@ The CPU default engine, and the engine behind `python -m gspo_agents.serve`. It 
 high-throughput server: one worker thread owns the model and a left-padded batch with a KV cache;
 requests join the running batch at step boundaries (their prompts are prefilled together, and their
 cache rows are left-padded and appended) and leave it when they finish, are aborted or cancelled.
-The event loop never runs a forward pass.
+The event loop never runs a forward pass. This file is the public API, admission control and the
+worker loop; the parts live beside it by role:
+- `local_batch`: the running batch, its preallocated KV cache and per-row state; identical
+  prompts admitted together (the G samples of a task) are prefilled once.
+- `local_sampling`: every row sampled at once from a counter-based per-request seed.
+- `local_forward`: a fused forward for plain Qwen3 models (transformers' forward otherwise).
+- `local_request`: the request record and how answers cross to the caller's event loop.
 
 Numerics: each row gets position ids counting only its real tokens and an attention mask hiding
 its padding, so a row in a padded batch sees exactly what an unpadded forward sees; the reported
 log-prob is log_softmax(logits / T) of the sampled token in fp32 (`gspo_agents.logprobs` semantics),
 before top-k / top-p filtering, which only shapes the sampling distribution.
+
+Reproducibility: a request's token at generated position t depends only on its seed
+(`SamplingParams.seed`, else one drawn from the engine's `seed` at submission), t and its logits,
+not on which other requests share the batch or in what order.
 
 Weight updates: `update_weights` loads the new checkpoint off the event loop, then the worker
 swaps models when no request is running (admissions stop meanwhile), so every token of one
@@ -38,8 +48,16 @@ from gspo_agents.rollout.engine import (
     Generation,
     SamplingParams,
 )
-from gspo_agents.rollout.local_batch import Batch, Request
+from gspo_agents.rollout.local_batch import Batch
 from gspo_agents.rollout.local_forward import Qwen3Forward
+from gspo_agents.rollout.local_request import (
+    Request,
+    fail,
+    finish_reason,
+    post,
+    resolve,
+    resolve_all,
+)
 from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed, sample_rows
 
 
@@ -281,24 +299,12 @@ class LocalEngine:
 
     def _finish(self, request: Request, reason: FinishReason) -> None:
         """Resolve a request (caller holds the lock)."""
-        _post(request.loop, _resolve, request.future, self._answer(request, reason, None))
+        post(request.loop, resolve, request.future, self._answer(request, reason, None))
 
     def _answer(self, request: Request, reason: FinishReason, matched: int | None) -> Generation:
         """The request's Generation; it is no longer live (caller holds the lock)."""
         self._live.pop(request.rid, None)
-        return Generation(
-            token_ids=request.tokens,
-            logprobs=request.logprobs,
-            finish_reason=reason,
-            weight_version=request.version if request.tokens else self._version,
-            meta={
-                "prompt_tokens": len(request.prompt),
-                "completion_tokens": len(request.tokens),
-                "cached_tokens": 0,
-                "matched": matched,
-                "e2e_latency": time.perf_counter() - request.submitted_at,
-            },
-        )
+        return request.generation(reason, matched, self._version)
 
     # --- worker thread -------------------------------------------------------------------------
 
@@ -324,7 +330,7 @@ class LocalEngine:
                 with self._cond:
                     for request in batch.rows + admitted:
                         self._live.pop(request.rid, None)
-                        _post(request.loop, _fail, request.future, exc)
+                        post(request.loop, fail, request.future, exc)
                     batch = Batch()
                     self._running = 0
                     self._cond.notify_all()
@@ -432,12 +438,12 @@ class LocalEngine:
             for i, match in zip(done, matched, strict=True):
                 request = batch.rows[i]
                 if request.rid in self._live:
-                    generation = self._answer(request, _reason(request, match), match)
+                    generation = self._answer(request, finish_reason(request, match), match)
                     answers.setdefault(request.loop, []).append((request.future, generation))
             self._running -= len(done)
             self._cond.notify_all()
         for loop, pairs in answers.items():  # one wake-up per event loop, not per request
-            _post(loop, _resolve_all, pairs)
+            post(loop, resolve_all, pairs)
         gone = set(done)
         batch.keep([i for i in range(len(batch)) if i not in gone])
 
@@ -456,34 +462,3 @@ class LocalEngine:
         if eos is None:
             return frozenset()
         return frozenset(eos if isinstance(eos, list) else [eos])
-
-
-def _reason(request: Request, matched: int | None) -> FinishReason:
-    if matched is not None:
-        return "stop"
-    if len(request.tokens) >= request.sampling.max_new_tokens:
-        return "length"
-    assert request.aborted, "a row retires only when stopped, at its length, or aborted"
-    return "abort"
-
-
-def _post(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more
-        pass
-
-
-def _resolve(future: asyncio.Future, generation: Generation) -> None:
-    if not future.done():  # a cancelled caller has already gone
-        future.set_result(generation)
-
-
-def _resolve_all(pairs: list[tuple[asyncio.Future, Generation]]) -> None:
-    for future, generation in pairs:
-        _resolve(future, generation)
-
-
-def _fail(future: asyncio.Future, exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)

@@ -64,7 +64,8 @@ class Qwen3Forward:
         self._rotary = model.model.rotary_emb
         self._final_norm = model.model.norm.weight
         self._lm_head = model.lm_head.weight
-        self._layers = [_Layer.of(layer) for layer in model.model.layers]
+        with torch.no_grad():  # the fused copies are constants, not part of any graph
+            self._layers = [_Layer.of(layer) for layer in model.model.layers]
 
     @staticmethod
     def for_model(model) -> Qwen3Forward | None:

@@ -1,0 +1,79 @@
+"""A LocalEngine request while the engine holds it, and how its answer crosses threads.
+
+The worker thread resolves a caller's future only through `post` (loop.call_soon_threadsafe),
+never directly: asyncio futures are not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from gspo_agents.rollout.engine import FinishReason, Generation, SamplingParams
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One generate() call while the engine holds it (fields from `tokens` on are the worker's)."""
+
+    rid: str
+    prompt: list[int]
+    sampling: SamplingParams
+    stop_ids: frozenset[int]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    seed: int  # the counter-based sampler's stream (SamplingParams.seed, or drawn at submit)
+    submitted_at: float
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    aborted: bool = False  # set by any thread under the engine lock; read by the worker
+    version: int = 0
+
+    def generation(
+        self, reason: FinishReason, matched: int | None, engine_version: int
+    ) -> Generation:
+        return Generation(
+            token_ids=self.tokens,
+            logprobs=self.logprobs,
+            finish_reason=reason,
+            weight_version=self.version if self.tokens else engine_version,
+            meta={
+                "prompt_tokens": len(self.prompt),
+                "completion_tokens": len(self.tokens),
+                "cached_tokens": 0,
+                "matched": matched,
+                "e2e_latency": time.perf_counter() - self.submitted_at,
+            },
+        )
+
+
+def finish_reason(request: Request, matched: int | None) -> FinishReason:
+    if matched is not None:
+        return "stop"
+    if len(request.tokens) >= request.sampling.max_new_tokens:
+        return "length"
+    assert request.aborted, "a row retires only when stopped, at its length, or aborted"
+    return "abort"
+
+
+def post(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the caller's event loop is closed: nobody is waiting any more
+        pass
+
+
+def resolve(future: asyncio.Future, generation: Generation) -> None:
+    if not future.done():  # a cancelled caller has already gone
+        future.set_result(generation)
+
+
+def resolve_all(pairs: list[tuple[asyncio.Future, Generation]]) -> None:
+    for future, generation in pairs:
+        resolve(future, generation)
+
+
+def fail(future: asyncio.Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
