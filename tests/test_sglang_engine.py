@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -12,9 +11,18 @@ import uuid
 import httpx
 import pytest
 import torch
+from engine_helpers import (
+    TOL,
+    assert_learner_logprobs,
+    free_port,
+    launch_tiny,
+    model_version,
+    server_info,
+    wait_steps,
+)
 
 from gspo_agents.logprobs import token_logprobs
-from gspo_agents.models import ModelConfig, load_model, resolve_model
+from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import (
     Engine,
     EngineRequestError,
@@ -24,34 +32,13 @@ from gspo_agents.rollout.engine import (
 from gspo_agents.rollout.sglang_engine import (
     SGLangEngine,
     parse_generation,
+    rank_workers,
     route_key_of,
     sampling_json,
 )
-from gspo_agents.serve import launch
+from gspo_agents.serve import ServerProcess, launch
 
-TOL = 1e-4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_path() -> str:
-    return resolve_model(ModelConfig(name="tiny"))
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_path):
-    return load_model(tiny_path)
-
-
-@pytest.fixture(scope="module")
-def server(tiny_path):
-    with launch(model_path=tiny_path, extra_args=["--num-threads", "1"]) as srv:
-        yield srv
+pytest_plugins = ["engine_fixtures"]
 
 
 @pytest.fixture
@@ -59,25 +46,6 @@ async def engine(server):
     eng = SGLangEngine([server.url], connect_timeout_s=5.0)
     yield eng
     await eng.close()
-
-
-async def stats(url: str) -> dict:
-    async with httpx.AsyncClient() as c:
-        return (await c.get(url + "/get_server_info")).json()
-
-
-async def wait_steps(url: str, steps: int) -> None:
-    start = (await stats(url))["stats"]["forward_steps"]
-    while (await stats(url))["stats"]["forward_steps"] < start + steps:
-        await asyncio.sleep(0.02)
-
-
-def assert_learner_logprobs(model, prompt, gen, temperature=1.0):
-    ids = torch.tensor([prompt + gen.token_ids])
-    with torch.no_grad():
-        expected = token_logprobs(model(ids).logits, ids, temperature)[0, len(prompt) :]
-    got = torch.tensor(gen.logprobs)
-    assert torch.allclose(got, expected, atol=TOL, rtol=0), (got - expected).abs().max()
 
 
 # --- pure functions --------------------------------------------------------------------------
@@ -128,17 +96,17 @@ async def test_generate_over_http_matches_learner_logprobs(engine, reference):
 
 async def test_concurrent_generates_are_batched_by_the_server(engine, server, reference):
     await engine.pause()
-    before = (await stats(server.url))["stats"]["requests"]
+    before = (await server_info(server.url))["stats"]["requests"]
     prompts = [[1, 100 + i, 200 + i] for i in range(32)]
     tasks = [
         asyncio.create_task(engine.generate(p, SamplingParams(max_new_tokens=6), f"c{i}"))
         for i, p in enumerate(prompts)
     ]
-    while (await stats(server.url))["stats"]["requests"] < before + 32:
+    while (await server_info(server.url))["stats"]["requests"] < before + 32:
         await asyncio.sleep(0.02)
     await engine.resume()
     gens = await asyncio.gather(*tasks)
-    assert (await stats(server.url))["stats"]["max_running"] >= 32
+    assert (await server_info(server.url))["stats"]["max_running"] >= 32
     for p, g in zip(prompts[:4], gens, strict=False):
         assert_learner_logprobs(reference, p, g)
 
@@ -173,10 +141,10 @@ async def test_cancelled_generate_is_aborted_server_side(engine, server):
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(500):
-        if (await stats(server.url))["num_live_requests"] == 0:
+        if (await server_info(server.url))["num_live_requests"] == 0:
             break
         await asyncio.sleep(0.02)
-    assert (await stats(server.url))["num_live_requests"] == 0
+    assert (await server_info(server.url))["num_live_requests"] == 0
 
 
 async def test_update_weights_from_disk_changes_version_and_logprobs(
@@ -210,6 +178,35 @@ async def test_request_errors_are_not_retried(engine):
         await engine.update_weights("/nonexistent/checkpoint", 1)
 
 
+async def set_version_behind_the_engines_back(url: str, tiny_path: str, version: str) -> None:
+    """What a crash and restart looks like from outside: the boot weights and version."""
+    async with httpx.AsyncClient(timeout=60) as c:
+        resp = await c.post(
+            url + "/update_weights_from_disk",
+            json={"model_path": tiny_path, "weight_version": version},
+        )
+        assert resp.json()["success"]
+
+
+async def test_an_answer_at_a_stale_version_is_discarded_and_the_update_replayed_first(
+    engine, server, tiny_path
+):
+    await engine.update_weights(tiny_path, 3)
+    try:
+        await set_version_behind_the_engines_back(server.url, tiny_path, "0")
+        before = (await server_info(server.url))["stats"]["requests"]
+        gen = await engine.generate([1, 4], SamplingParams(max_new_tokens=2), "stale")
+        assert gen.weight_version == 3  # never the version-0 answer
+        assert await model_version(server.url) == "3"
+        assert (await server_info(server.url))["stats"]["requests"] == before + 2  # one discarded
+
+        await set_version_behind_the_engines_back(server.url, tiny_path, "0")
+        assert await engine.worker_health() == {server.url: True}  # replays before it returns
+        assert await model_version(server.url) == "3"
+    finally:
+        await engine.update_weights(tiny_path, 0)
+
+
 @pytest.mark.timeout(60)
 async def test_unreachable_url_fails_clearly_within_seconds():
     url = f"http://127.0.0.1:{free_port()}"
@@ -227,86 +224,68 @@ async def test_unreachable_url_fails_clearly_within_seconds():
 # --- several workers -------------------------------------------------------------------------
 
 
+def restart(proc: ServerProcess, tiny_path: str, port: int) -> ServerProcess:
+    """Crash the worker and start a fresh one on the same port: it boots at version 0."""
+    proc.kill()
+    return launch_tiny(tiny_path, port)
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="timing-dependent: a worker that restarts BETWEEN updates gets the last update "
-    "replayed lazily, when it is next routed to; whether the fixed request sequence below sees "
-    "its boot version, the replay, or the other worker depends on which request first hits the "
-    "dead connection (open item: replay on health recovery, deterministically)",
-)
 async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path, tmp_path):
     port = free_port()
-    second = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
+    second = launch_tiny(tiny_path, port)
     eng = SGLangEngine([server.url, second.url], down_cooldown_s=0.5, backoff_s=0.05)
+    sample = SamplingParams(max_new_tokens=2)
+
+    async def gen(key: str):
+        return await eng.generate([1, 3], sample, f"{key}-{uuid.uuid4().hex}")
+
+    async def served_by_second(key: str) -> bool:
+        before = (await server_info(second.url))["stats"]["requests"]
+        assert (await gen(key)).weight_version == eng.weight_version
+        return (await server_info(second.url))["stats"]["requests"] == before + 1
+
     try:
         await eng.start()
         assert eng.worker_urls == [server.url, second.url]
-        keys = [f"traj{i}" for i in range(16)]
-        chosen = {k: await eng._pick(k, 0) for k in keys}
+        chosen = {k: rank_workers(k, eng.worker_urls)[0] for k in (f"traj{i}" for i in range(16))}
         assert set(chosen.values()) == {server.url, second.url}  # keys spread over both
-        for k in keys[:4]:  # sticky: a trajectory's turns all go to its worker
-            rid = f"{k}-{uuid.uuid4().hex}"
-            assert await eng._pick(route_key_of(rid), 0) == chosen[k]
-
-        before = (await stats(second.url))["stats"]["requests"]
-        mine = [k for k in keys if chosen[k] == second.url]
-        for k in mine:
-            await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{k}-{uuid.uuid4().hex}")
-        assert (await stats(second.url))["stats"]["requests"] == before + len(mine)
+        mine = [k for k, url in chosen.items() if url == second.url]
+        assert all([await served_by_second(k) for k in mine])  # sticky: each on its worker
 
         # Control calls reach every worker.
         load_model(tiny_path).save_pretrained(tmp_path)
         await eng.update_weights(str(tmp_path), 4)
-        for url in (server.url, second.url):
-            async with httpx.AsyncClient() as c:
-                assert (await c.get(url + "/get_model_info")).json()["weight_version"] == "4"
+        assert [await model_version(u) for u in (server.url, second.url)] == ["4", "4"]
 
         # A dead worker's trajectories fail over to the survivor; nothing raises.
         second.kill()
-        gens = await asyncio.gather(
-            *(
-                eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{k}-{uuid.uuid4().hex}")
-                for k in mine
-            )
-        )
-        assert all(g.weight_version == 4 for g in gens)
+        assert {g.weight_version for g in await asyncio.gather(*map(gen, mine))} == {4}
         assert await eng.health()  # one worker is enough to serve
         assert (await eng.worker_health())[second.url] is False
 
-        # It missed this update: it is stale until it comes back and gets it replayed.
+        # It misses update 5. Passing a health check brings it back, with 5 replayed first.
         await eng.update_weights(tiny_path, 5)
-        revived = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
-        try:
-            await asyncio.sleep(0.6)  # past the cooldown
-            gen = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-x")
-            assert gen.weight_version == 5
-            async with httpx.AsyncClient() as c:
-                info = (await c.get(second.url + "/get_model_info")).json()
-            assert info["weight_version"] == "5"  # replayed before it served again
+        second = launch_tiny(tiny_path, port)
+        assert await model_version(second.url) == "0"
+        assert await eng.worker_health() == {server.url: True, second.url: True}
+        assert await model_version(second.url) == "5"
+        assert await served_by_second(mine[0])  # back in rotation, sticky again
 
-            # Died and came back between updates. Two correct outcomes, depending on whether a
-            # request hit the dead process first: the engine noticed (worker marked down) and
-            # replays the last update before the worker serves again (always 5), or it did not,
-            # and the worker answers once with its boot version (0, reported as is), is noticed
-            # as stale, and gets the update replayed before its next request.
-            revived.kill()
-            revived = launch(model_path=tiny_path, port=port, extra_args=["--num-threads", "1"])
-            boot_versions = []
-            for _ in range(10):
-                await asyncio.sleep(0.6)
-                first = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-y")
-                boot_versions.append(first.weight_version)
-                if first.weight_version == 0:
-                    break
-            assert set(boot_versions) <= {0, 5}, boot_versions  # never a version nobody loaded
-            again = await eng.generate([1, 3], SamplingParams(max_new_tokens=2), f"{mine[0]}-z")
-            assert again.weight_version == 5
-            async with httpx.AsyncClient() as c:
-                info = (await c.get(second.url + "/get_model_info")).json()
-            assert info["weight_version"] == "5"
-        finally:
-            revived.stop()
+        # Restarted between two updates, unnoticed: the health check sees its boot version.
+        second = restart(second, tiny_path, port)
+        assert (await eng.worker_health())[second.url] is True
+        assert await model_version(second.url) == "5"
+        assert await served_by_second(mine[0])
+
+        # Restarted unnoticed again, and this time requests reach it first: whether they hit
+        # the dead connection (failover) or the new process (boot-version answers, discarded),
+        # every caller gets version 5, and the worker is in sync again before it serves.
+        second = restart(second, tiny_path, port)
+        assert {g.weight_version for g in await asyncio.gather(*map(gen, mine))} == {5}
+        assert (await eng.worker_health())[second.url] is True
+        assert await model_version(second.url) == "5"
+        assert await served_by_second(mine[0])
     finally:
         second.stop()
         await eng.close()
@@ -320,7 +299,7 @@ async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path
 # --- distributed weight update ---------------------------------------------------------------
 
 
-async def test_update_weights_from_distributed_over_gloo(engine, tiny_path, reference):
+async def test_update_weights_from_distributed_over_gloo(engine, server, tiny_path, reference):
     """The NCCL protocol, run with the gloo backend so it runs on this CPU machine."""
     new_model = load_model(tiny_path)
     torch.manual_seed(3)
@@ -338,6 +317,12 @@ async def test_update_weights_from_distributed_over_gloo(engine, tiny_path, refe
         gen = await engine.generate(prompt, SamplingParams(max_new_tokens=6), "d")
         assert gen.weight_version == 11
         assert_learner_logprobs(new_model, prompt, gen)
+
+        # A broadcast cannot be replayed to a worker found at another version: it stays out of
+        # rotation, and with no other worker the request fails, naming the version.
+        await set_version_behind_the_engines_back(server.url, tiny_path, "0")
+        with pytest.raises(EngineUnavailable, match="at weight version 11"):
+            await engine.generate(prompt, SamplingParams(max_new_tokens=2), "d2")
     finally:
         await engine.update_weights(tiny_path, 0)
 

@@ -1,0 +1,316 @@
+"""The workers behind an SGLangEngine: sticky routing, health, and re-admission in sync.
+
+- Routing: rendezvous hashing of a routing key over the worker URLs, so a trajectory stays on
+  one worker (its prefix stays in that worker's radix cache); when a worker leaves, only its
+  keys move, and they come back when it does.
+- Rotation: a worker serves only while it is in rotation. It leaves rotation when a call to it
+  fails (connection error, 5xx, failed /health), when it misses a weight update, or when it
+  answers at another weight version than the engine's (it restarted from its boot checkpoint).
+- Re-admission: a worker out of rotation comes back only through `recover()`: it must answer,
+  report its weight version, and, if that is not the engine's, get the last disk update replayed
+  first. So no request is served by a worker at a stale version: a request whose worker is being
+  recovered waits for it or goes to another worker in rotation. Recovery runs when a request
+  picks the worker (after `down_cooldown_s`), or in `health()` as soon as the worker passes it.
+- Weight state: the engine's version, the last replayable update and an update epoch (odd while
+  an update is under way) live here, and recovery and updates hold one lock, so a replay can
+  never land after a newer update.
+
+With a router URL the router picks the worker, so rotation cannot be enforced per request;
+control calls, health and replays still reach every worker.
+Not here: the /generate call and its retries (sglang_engine.py), HTTP plumbing (sglang_http.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gspo_agents.rollout.engine import EngineError, EngineRequestError, EngineUnavailable
+from gspo_agents.rollout.sglang_http import ControlClient
+from gspo_agents.rollout.sglang_wire import disk_update_body, parse_version
+
+log = logging.getLogger(__name__)
+
+_TRAILING_UUID = re.compile(r"^(.+)-[0-9a-f]{32}$")
+_INFO_PATHS = ("/get_server_info", "/server_info", "/model_info", "/get_model_info")
+
+
+def route_key_of(request_id: str) -> str:
+    """The sticky-routing key of a request id: the RolloutManager's "<trajectory uid>-<32 hex>"
+    ids route by trajectory uid; any other id routes as a whole."""
+    match = _TRAILING_UUID.match(request_id)
+    return match.group(1) if match else request_id
+
+
+def rank_workers(key: str, urls: Sequence[str]) -> list[str]:
+    """`urls` in the order `key` prefers them (rendezvous hashing): first choice first."""
+
+    def score(url: str) -> int:
+        digest = hashlib.blake2b(f"{key}\0{url}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big")
+
+    return sorted(urls, key=score, reverse=True)
+
+
+@dataclass(slots=True)
+class Worker:
+    url: str
+    info: dict[str, Any] = field(default_factory=dict)
+    in_rotation: bool = True
+    retry_at: float = 0.0  # monotonic; while out of rotation, requests skip it until then
+
+
+class WorkerPool:
+    """Worker list, routing and weight-version bookkeeping of one SGLangEngine."""
+
+    def __init__(self, http: ControlClient, *, cooldown_s: float, update_timeout_s: float) -> None:
+        self._http = http
+        self._cooldown_s = cooldown_s
+        self._update_s = update_timeout_s
+        self.workers: list[Worker] = []
+        self.router: str | None = None
+        self.version = 0
+        self.start_version = 0  # what a worker reporting no version number ("default") runs
+        self.last_update: tuple[str, int] | None = None  # (path, version) a replay reloads
+        self.epoch = 0  # odd while a weight update is under way
+        self._sync = asyncio.Lock()  # one replay or update at a time
+
+    # --- start-up ------------------------------------------------------------------------------
+
+    async def start(self, urls: list[str], given_workers: list[str]) -> None:
+        """Find the workers (behind a router or given) and their weight version."""
+        if len(urls) == 1 and not given_workers:
+            given_workers = await self._router_workers(urls[0])
+        if given_workers:
+            self.router = urls[0]
+        worker_urls = given_workers or urls
+        self.workers = [Worker(u) for u in worker_urls]
+        infos = await asyncio.gather(*(self._probe(w) for w in self.workers))
+        if not any(infos):
+            raise EngineUnavailable(
+                f"no SGLang worker answered at {worker_urls} (is the server up? check the URL, "
+                f"port and firewall; connect timeout {self._http.connect_s} s)"
+            )
+        versions = [parse_version(i.get("weight_version"), -1) for i in infos if i]
+        self.version = self.start_version = max(max(versions), 0)
+        for worker, info in zip(self.workers, infos, strict=True):
+            if not info:
+                self._take_out(worker, "unreachable at start")
+
+    async def _router_workers(self, url: str) -> list[str]:
+        for path in ("/list_workers", "/workers"):
+            resp = await self._http.probe(url, path)
+            if resp is None:
+                return []
+            if resp.status_code == 200:
+                body = resp.json()
+                urls = body.get("urls") if isinstance(body, dict) else None
+                if urls is None and isinstance(body, dict) and "workers" in body:
+                    urls = [w.get("url") for w in body["workers"] if isinstance(w, dict)]
+                if urls:
+                    return [str(u).rstrip("/") for u in urls]
+        return []
+
+    async def _probe(self, worker: Worker) -> dict[str, Any]:
+        """Server info (newer builds: /server_info) or model info; {} if unreachable."""
+        info: dict[str, Any] = {}
+        for path in _INFO_PATHS:
+            resp = await self._http.probe(worker.url, path)
+            if resp is None:
+                log.warning("SGLang worker %s unreachable", worker.url)
+                return {}
+            if resp.status_code == 200:
+                try:
+                    info.update(resp.json())
+                except ValueError:
+                    continue  # not JSON: try the next endpoint
+                if path.endswith("model_info") or "weight_version" in info:
+                    break
+        worker.info = info
+        return info or {"reachable": True}
+
+    # --- routing -------------------------------------------------------------------------------
+
+    @property
+    def urls(self) -> list[str]:
+        return [w.url for w in self.workers]
+
+    async def pick(self, key: str) -> str | None:
+        """The URL to send `key`'s request to, or None when no worker can serve in sync.
+
+        Walks the key's preference order: the first worker in rotation wins; a worker out of
+        rotation whose cooldown passed is recovered on the way, unless another recovery or an
+        update holds the lock (then the request goes on to a worker in rotation). With none in
+        rotation, waits for recovery of each in turn, cooldowns ignored."""
+        if self.router is not None:
+            return self.router
+        by_url = {w.url: w for w in self.workers}
+        order = [by_url[u] for u in rank_workers(key, self.urls)]
+        now = time.monotonic()
+        for worker in order:
+            if worker.in_rotation:
+                return worker.url
+            if worker.retry_at <= now and not self._sync.locked() and await self.recover(worker):
+                return worker.url
+        for worker in order:
+            if worker.in_rotation or await self.recover(worker):
+                return worker.url
+        return None
+
+    # --- worker state --------------------------------------------------------------------------
+
+    def reported_version(self, raw: Any) -> int:
+        """The weight version behind a worker's `weight_version` field: absent (a build that does
+        not report it) -> the engine's, as nothing tells otherwise; SGLang's boot value
+        "default" -> the version at start; else the number it names."""
+        return self.version if raw is None else parse_version(raw, self.start_version)
+
+    def mark_down(self, url: str, reason: str) -> None:
+        """A call to `url` failed: out of rotation, no retry before the cooldown."""
+        for worker in self.workers:
+            if worker.url == url:
+                self._take_out(worker, reason)
+
+    def stale_answer(self, url: str, version: int, epoch_before: int) -> bool:
+        """Whether `url` answered at another version than the engine's with no update since the
+        request started. If so the worker restarted unnoticed: it leaves rotation and is due for
+        recovery at once, and the caller discards the answer."""
+        if self.router is not None or version == self.version:
+            return False
+        if epoch_before != self.epoch or epoch_before % 2:
+            return False  # an update raced the request: its version is the caller's business
+        for worker in self.workers:
+            if worker.url == url and worker.in_rotation:
+                self._take_out(worker, f"answered at version {version}, not {self.version}")
+                worker.retry_at = 0.0
+        return True
+
+    def _take_out(self, worker: Worker, reason: str) -> None:
+        if worker.in_rotation:
+            log.warning("SGLang worker %s out of rotation: %s", worker.url, reason)
+        worker.in_rotation = False
+        worker.retry_at = time.monotonic() + self._cooldown_s
+
+    async def recover(self, worker: Worker) -> bool:
+        """Bring `worker` back into rotation at the engine's weight version; False if it cannot
+        be reached or brought in sync (it then waits out another cooldown)."""
+        async with self._sync:
+            if worker.in_rotation:
+                return True  # another request recovered it while we waited
+            info = await self._probe(worker)
+            if not info:
+                worker.retry_at = time.monotonic() + self._cooldown_s
+                return False
+            raw = info.get("weight_version")
+            version = self.reported_version(raw)
+            # A worker that does not report its version gets the replay whenever there is one.
+            behind = version != self.version or (raw is None and self.last_update is not None)
+            if behind and not await self._replay(worker, version):
+                worker.retry_at = time.monotonic() + self._cooldown_s
+                return False
+            worker.in_rotation = True
+            log.info("SGLang worker %s is back at weight version %d", worker.url, self.version)
+            return True
+
+    async def _replay(self, worker: Worker, version: int) -> bool:
+        if self.last_update is None:
+            log.error(
+                "SGLang worker %s runs weight version %d, the engine %d, and the last update "
+                "cannot be replayed (none from disk since the broadcast one): it stays out of "
+                "rotation until the next update_weights",
+                worker.url,
+                version,
+                self.version,
+            )
+            return False
+        path, last_version = self.last_update
+        try:
+            await self._http.control(
+                worker.url,
+                "/update_weights_from_disk",
+                disk_update_body(path, last_version),
+                self._update_s,
+            )
+        except EngineError as exc:
+            log.warning(
+                "SGLang worker %s: replaying version %d failed: %s", worker.url, last_version, exc
+            )
+            return False
+        return True
+
+    async def health(self) -> dict[str, bool]:
+        """GET /health on every worker. One that fails leaves rotation; one that passes but is
+        out of rotation, or reports another weight version, is recovered before this returns."""
+        results = await asyncio.gather(*(self._check(w) for w in self.workers))
+        return dict(zip(self.urls, results, strict=True))
+
+    async def _check(self, worker: Worker) -> bool:
+        resp = await self._http.probe(worker.url, "/health", self._http.connect_s)
+        if resp is None or resp.status_code != 200:
+            status = "unreachable" if resp is None else f"HTTP {resp.status_code}"
+            self._take_out(worker, f"/health: {status}")
+            return False
+        if worker.in_rotation and self.epoch % 2 == 0:
+            reported = self.reported_version((await self._probe(worker)).get("weight_version"))
+            if reported != self.version and self.epoch % 2 == 0:  # no update began meanwhile
+                self._take_out(worker, f"reports version {reported}, not {self.version}")
+        return worker.in_rotation or await self.recover(worker)
+
+    # --- weight updates and fan-out ------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def updating(self) -> AsyncIterator[None]:
+        """Hold off recoveries while weights change on the workers; the epoch is odd inside."""
+        async with self._sync:
+            self.epoch += 1
+            try:
+                yield
+            finally:
+                self.epoch += 1
+
+    def set_weights(self, version: int, replayable: tuple[str, int] | None) -> None:
+        """Record a finished update; `replayable` is its (path, version) for a disk update and
+        None for a broadcast one, which a restarted worker cannot be given again."""
+        self.version = version
+        self.last_update = replayable
+
+    async def broadcast(
+        self,
+        path: str,
+        body: dict,
+        *,
+        timeout_s: float | None = None,
+        weight_update: bool = False,
+    ) -> None:
+        """POST to every worker: a router does not fan control calls out. A worker that fails
+        leaves rotation; one that takes a weight update is in sync, so it (re)joins. Raises only
+        if every worker fails, or on a request error (a bad path, a bad body)."""
+        results = await asyncio.gather(
+            *(self._http.control(w.url, path, body, timeout_s) for w in self.workers),
+            return_exceptions=True,
+        )
+        errors = []
+        for worker, result in zip(self.workers, results, strict=True):
+            if isinstance(result, EngineRequestError):
+                raise result
+            if isinstance(result, BaseException):
+                if not isinstance(result, EngineError):
+                    raise result  # a bug, not a worker failure
+                errors.append(f"{worker.url}: {result}")
+                self._take_out(worker, f"{path} failed")
+            elif weight_update:
+                worker.in_rotation = True
+        if errors and len(errors) == len(self.workers):
+            raise EngineUnavailable(f"{path} failed on every worker: " + "; ".join(errors))
+        for error in errors:
+            log.warning("%s failed on a worker (out of rotation): %s", path, error)
+
+
+__all__ = ["Worker", "WorkerPool", "rank_workers", "route_key_of"]
