@@ -472,3 +472,27 @@ def test_qwen3_fast_forward_equals_the_transformers_forward(reference):
 def test_fast_forward_is_used_for_plain_qwen3_only(tiny_path, reference):
     assert Qwen3Forward.for_model(reference) is not None
     assert Qwen3Forward.for_model(load_model(resolve_model(ModelConfig(name="tiny-moe")))) is None
+
+
+async def test_rows_keep_exact_logprobs_after_a_long_prompt_leaves_and_padding_is_dropped(
+    engine, reference
+):
+    """A long prompt pads every short row; when it finishes, the all-padding columns are cut
+    from the cache (and rows move into freed slots) without changing anyone's numbers."""
+    long_prompt = [1] + [(5 * j) % 900 + 3 for j in range(80)]
+    short = prompts(5)[:5]
+    await engine.pause()
+    tasks = [
+        asyncio.create_task(engine.generate(long_prompt, SamplingParams(max_new_tokens=2), "L"))
+    ]
+    tasks += [
+        asyncio.create_task(
+            engine.generate(p, SamplingParams(max_new_tokens=25, stop_token_ids=()), f"s{i}")
+        )
+        for i, p in enumerate(short)
+    ]
+    await asyncio.sleep(0.05)
+    await engine.resume()
+    gens = await asyncio.gather(*tasks)
+    for p, g in zip([long_prompt, *short], gens, strict=True):
+        assert_matches_learner(reference, p, g, 1.0)
