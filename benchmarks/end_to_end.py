@@ -97,7 +97,9 @@ KINDS = ("ours", "ours_async", "trl")
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--worker", choices=KINDS, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--model", default=None, help=argparse.SUPPRESS)  # resolved by the parent
+    p.add_argument(
+        "--model", default=None, help="HF directory both sides start from (default: per env)"
+    )
     p.add_argument("--env", nargs="+", choices=ENVS, default=list(ENVS), help="workloads")
     p.add_argument("--runs", nargs="+", choices=KINDS, default=list(KINDS), help="rows")
     p.add_argument("--steps", type=int, default=5, help="timed training steps per run")
@@ -207,7 +209,7 @@ def wanted_kinds(args) -> list[str]:
 
 
 def run_env(args, kinds: list[str]) -> tuple[list[dict], dict[str, list[dict]]]:
-    args.model = resolve_model(args)  # one-time setup, outside every timed interval
+    args.model = args.model or resolve_model(args)  # one-time setup, outside timed intervals
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for r in range(args.rounds):
         order = kinds[r % len(kinds) :] + kinds[: r % len(kinds)]  # rotate who goes first
