@@ -21,9 +21,11 @@ Prompts: `--group-sizes 1 8` runs distinct prompts, then G=8 samples per prompt 
 GSPO rollout batch: 8 tasks x 8 samples; HF gets the 64 rows as TRL passes them, repeated).
 
 Reported: useful tokens/s (completion tokens up to and including the stop token, the same count
-for both sides), ms per decode step (wall / forward steps; HF: / generated columns), the median of
-`--repeats` runs, ours and HF interleaved so both see the same machine load. Prints `uptime`'s
-load first: the CPU may be shared. Not part of the test suite.
+for both sides); the same per CPU-second of this process (all threads: on a shared machine it
+moves less with other people's jobs than the wall clock); ms per step (wall / forward steps; HF:
+/ generated columns). Each is the median of `--repeats` runs, ours and HF interleaved so both
+see the same machine load. Prints the load average first: the CPU may be shared. Not part of
+the test suite.
 """
 
 from __future__ import annotations
@@ -48,12 +50,17 @@ from gspo_agents.rollout.local_engine import LocalEngine
 class Run:
     side: str  # ours | hf
     wall_s: float
+    cpu_s: float  # this process's CPU time, all threads: less sensitive to other jobs
     useful_tokens: int
     steps: int
 
     @property
     def tokens_per_s(self) -> float:
         return self.useful_tokens / self.wall_s
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.useful_tokens / self.cpu_s
 
     @property
     def ms_per_step(self) -> float:
@@ -109,17 +116,17 @@ async def run_ours(engine: LocalEngine, prompts, new_tokens: int, stops, tag: st
     ]
     await asyncio.sleep(0.01)
     steps = engine.stats.forward_steps
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await engine.resume()
     gens = await asyncio.gather(*tasks)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     useful = sum(len(g.token_ids) for g in gens)
-    return Run("ours", wall, useful, engine.stats.forward_steps - steps)
+    return Run("ours", wall, cpu, useful, engine.stats.forward_steps - steps)
 
 
 def run_hf(model, prompts, new_tokens: int, stops, pad_id: int) -> Run:
     ids, mask = left_pad(prompts)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         out = model.generate(
             input_ids=ids,
@@ -132,9 +139,9 @@ def run_hf(model, prompts, new_tokens: int, stops, pad_id: int) -> Run:
             eos_token_id=list(stops) or None,
             pad_token_id=pad_id,
         )
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     new = out[:, ids.shape[1] :]
-    return Run("hf", wall, useful_tokens(new, stops), new.shape[1])
+    return Run("hf", wall, cpu, useful_tokens(new, stops), new.shape[1])
 
 
 def useful_tokens(new_BN: torch.Tensor, stops) -> int:
@@ -192,10 +199,12 @@ def summarise(batch, group, plen, new, stops, runs) -> dict:
     row["stop_tokens"] = len(stops)
     for side, rs in runs.items():
         row[f"{side}_tokens_per_s"] = statistics.median(r.tokens_per_s for r in rs)
+        row[f"{side}_tokens_per_cpu_s"] = statistics.median(r.tokens_per_cpu_s for r in rs)
         row[f"{side}_ms_per_step"] = statistics.median(r.ms_per_step for r in rs)
         row[f"{side}_useful_tokens"] = statistics.median(r.useful_tokens for r in rs)
         row[f"{side}_runs"] = [asdict(r) for r in rs]
     row["speedup"] = row["ours_tokens_per_s"] / row["hf_tokens_per_s"]
+    row["speedup_cpu"] = row["ours_tokens_per_cpu_s"] / row["hf_tokens_per_cpu_s"]
     return row
 
 
@@ -203,10 +212,11 @@ def print_row(row: dict) -> None:
     print(
         f"B={row['batch']:3d} G={row['group']} P~{row['prompt_len']:3d} "
         f"N={row['max_new_tokens']:3d} | "
-        f"ours {row['ours_tokens_per_s']:8.0f} tok/s {row['ours_ms_per_step']:6.2f} ms/step "
-        f"({row['ours_useful_tokens']:.0f} tok) | "
-        f"HF {row['hf_tokens_per_s']:8.0f} tok/s {row['hf_ms_per_step']:6.2f} ms/step "
-        f"({row['hf_useful_tokens']:.0f} tok) | x{row['speedup']:.2f}",
+        f"ours {row['ours_tokens_per_s']:6.0f} tok/s {row['ours_tokens_per_cpu_s']:6.0f} tok/CPU-s "
+        f"{row['ours_ms_per_step']:6.2f} ms/step ({row['ours_useful_tokens']:.0f} tok) | "
+        f"HF {row['hf_tokens_per_s']:6.0f} tok/s {row['hf_tokens_per_cpu_s']:6.0f} tok/CPU-s "
+        f"{row['hf_ms_per_step']:6.2f} ms/step ({row['hf_useful_tokens']:.0f} tok) | "
+        f"x{row['speedup']:.2f} (CPU x{row['speedup_cpu']:.2f})",
         flush=True,
     )
 
