@@ -405,6 +405,13 @@ def test_a_rows_token_depends_on_its_seed_and_position_not_on_the_batch():
     perm = torch.randperm(32)[:20]  # a different subset, in another order
     again, _ = sample_rows(logits_BV[perm], torch.ones(20), seeds[perm], positions[perm])
     assert again.tolist() == tokens[perm].tolist()
+    # Neighbours that filter (top-k / top-p) do not change a full-support row's draw either.
+    top_k_B = torch.where(torch.arange(32) % 2 == 0, 3, -1)
+    top_p_B = torch.where(torch.arange(32) % 3 == 0, 0.5, 1.0)
+    mixed, _ = sample_rows(logits_BV, torch.ones(32), seeds, positions, top_k_B, top_p_B)
+    full = (top_k_B == -1) & (top_p_B == 1.0)
+    assert mixed[full].tolist() == tokens[full].tolist()
+    assert mixed[~full].tolist() != tokens[~full].tolist()  # the filtered rows did filter
 
 
 async def test_a_seeded_request_samples_the_same_tokens_alone_or_in_any_batch(engine):

@@ -75,6 +75,7 @@ class EngineStats:
 class _Swap:
     model: torch.nn.Module
     version: int
+    fast_forward: Qwen3Forward | None
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -210,7 +211,8 @@ class LocalEngine:
         await self._swap_in(await asyncio.to_thread(build), version)
 
     async def _swap_in(self, model: torch.nn.Module, version: int) -> None:
-        swap = _Swap(model, version)
+        fast = await asyncio.to_thread(Qwen3Forward.for_model, model)  # not under the lock
+        swap = _Swap(model, version, fast)
         with self._cond:
             if self._closed:
                 raise EngineError("LocalEngine is closed")
@@ -343,7 +345,7 @@ class LocalEngine:
             if running == 0:
                 self._model, self._version = self._swap.model, self._swap.version
                 self._cache_kwarg = self._detect_cache_kwarg(self._model)
-                self._fast_forward = Qwen3Forward.for_model(self._model)
+                self._fast_forward = self._swap.fast_forward
                 self._swap.done.set()
                 self._swap = None
             return []  # no admissions while a swap waits for the batch to drain

@@ -50,7 +50,14 @@ def fold_seed(seed: int) -> int:
 def filter_top_k_top_p(
     scaled_BV: torch.Tensor, top_k_B: torch.Tensor, top_p_B: torch.Tensor
 ) -> torch.Tensor:
-    """-inf outside each row's support: top-k (ties with the k-th value kept), then top-p over
+    """-inf outside each row's support (see `outside_support`)."""
+    return scaled_BV.masked_fill(outside_support(scaled_BV, top_k_B, top_p_B), float("-inf"))
+
+
+def outside_support(
+    scaled_BV: torch.Tensor, top_k_B: torch.Tensor, top_p_B: torch.Tensor
+) -> torch.Tensor:
+    """True outside each row's support: top-k (ties with the k-th value kept), then top-p over
     the top-k renormalised probabilities, keeping the token that crosses top_p. A row with
     top_k <= 0 (or >= V) and top_p >= 1 keeps every token."""
     vocab = scaled_BV.shape[-1]
@@ -61,8 +68,7 @@ def filter_top_k_top_p(
     probs_BV = torch.softmax(sorted_BV.masked_fill(drop_BV, float("-inf")), dim=-1)
     over_BV = probs_BV.cumsum(-1) - probs_BV > top_p_B[:, None]
     drop_BV |= over_BV & (top_p_B < 1.0)[:, None]  # rounding never trims a top_p=1 row
-    unsorted_BV = torch.zeros_like(drop_BV).scatter(1, order_BV, drop_BV)
-    return scaled_BV.masked_fill(unsorted_BV, float("-inf"))
+    return torch.zeros_like(drop_BV).scatter(1, order_BV, drop_BV)
 
 
 def sample_rows(
@@ -76,13 +82,14 @@ def sample_rows(
     """One token per row and its log-prob. `top_k_B` / `top_p_B` None: full support (faster)."""
     scaled_BV = logits_BV.float() / temperature_B[:, None]
     logprobs_BV = torch.log_softmax(scaled_BV, dim=-1)
-    if top_k_B is None and top_p_B is None:
-        probs_BV = logprobs_BV.exp()
-    else:
+    # Unnormalised is fine (u is scaled by each row's total), and a full-support row gets the
+    # very same numbers whether or not other rows in its batch filter: batch-independent draws.
+    probs_BV = logprobs_BV.exp()
+    if top_k_B is not None or top_p_B is not None:
         rows = scaled_BV.shape[0]
         top_k_B = top_k_B if top_k_B is not None else torch.full((rows,), -1)
         top_p_B = top_p_B if top_p_B is not None else torch.ones(rows)
-        probs_BV = torch.softmax(filter_top_k_top_p(scaled_BV, top_k_B, top_p_B), dim=-1)
+        probs_BV = probs_BV.masked_fill(outside_support(scaled_BV, top_k_B, top_p_B), 0.0)
     cdf_BV = probs_BV.double().cumsum(-1)  # float64: the running sum stays exact enough
     target_B1 = (counter_uniforms(seed_B, position_B) * cdf_BV[:, -1])[:, None]
     token_B = torch.searchsorted(cdf_BV, target_B1, right=True).squeeze(1)
