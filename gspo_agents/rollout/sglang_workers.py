@@ -8,9 +8,12 @@
   answers at another weight version than the engine's (it restarted from its boot checkpoint).
 - Re-admission: a worker out of rotation comes back only through `recover()`: it must answer,
   report its weight version, and, if that is not the engine's, get the last disk update replayed
-  first. So no request is served by a worker at a stale version: a request whose worker is being
-  recovered waits for it or goes to another worker in rotation. Recovery runs when a request
-  picks the worker (after `down_cooldown_s`), or in `health()` as soon as the worker passes it.
+  first. A request whose worker is being recovered waits for it or goes to another worker in
+  rotation. Recovery runs when a request picks the worker (after `down_cooldown_s`), or in
+  `health()` as soon as the worker passes it.
+- So no caller gets tokens from stale weights: a worker known to be out of sync never serves,
+  and one that restarted unnoticed (found out by the version on its first answer, short of a
+  probe per request) has that answer discarded by the engine, which retries the request.
 - Weight state: the engine's version, the last replayable update and an update epoch (odd while
   an update is under way) live here, and recovery and updates hold one lock, so a replay can
   never land after a newer update.
