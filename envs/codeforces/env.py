@@ -42,7 +42,8 @@ _closing: set[asyncio.Task] = set()  # aclose tasks started by a sync close() in
 class CodeforcesEnv(TextEnv):
     """gspo/Codeforces-v0. kwargs: max_turns, reward_mode, sandbox (shared instance) or
     sandbox_backend + sandbox_options (a private one, created lazily), problems_dir or
-    openr1_path (other task sources for load_tasks)."""
+    openr1_path (other task sources for load_tasks), tiers (keep only these difficulty tiers,
+    e.g. ["easy"]; None keeps all)."""
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class CodeforcesEnv(TextEnv):
         problems_dir: str | None = None,
         openr1_path: str | None = None,
         openr1_skip_unsupported: bool = False,
+        tiers: list[str] | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns)
         if reward_mode not in ("all", "fraction"):
@@ -70,6 +72,7 @@ class CodeforcesEnv(TextEnv):
         self._problems_dir = problems_dir
         self._openr1_path = openr1_path
         self._openr1_skip = openr1_skip_unsupported
+        self._tiers = list(tiers) if tiers else None
         self._problem: Problem | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # private loop of the sync step()
 
@@ -90,7 +93,7 @@ class CodeforcesEnv(TextEnv):
             )
         else:
             problems = load_split(split)
-        return [p.to_row() for p in problems]
+        return [p.to_row() for p in _select_tiers(problems, self._tiers)]
 
     def reference_response(self, task: dict[str, Any]) -> str | None:
         source = (task.get("reference") or {}).get("python")
@@ -267,6 +270,19 @@ def _clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
         if len(text) <= limit
         else text[:limit] + f"\n... ({len(text) - limit} more characters)"
     )
+
+
+def _select_tiers(problems: list[Problem], tiers: list[str] | None) -> list[Problem]:
+    if tiers is None:
+        return problems
+    known = sorted({p.tier for p in problems})
+    unknown = sorted(set(tiers) - set(known))
+    if unknown:
+        raise ValueError(
+            f"tiers={tiers!r}: no problem has tier {', '.join(map(repr, unknown))}; "
+            f"this problem set has {', '.join(map(repr, known))}"
+        )
+    return [p for p in problems if p.tier in tiers]
 
 
 def _first_failure(result: RunResult) -> int | None:
