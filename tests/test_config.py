@@ -52,7 +52,9 @@ def test_config_keys_are_a_deliberate_surface():
 
 
 def test_group_options_set_their_values():
-    cfg = compose_run("env=codeforces", "algorithm=grpo", "engine=sglang", "engine.urls=[http://a:1]")
+    cfg = compose_run(
+        "env=codeforces", "algorithm=grpo", "engine=sglang", "engine.urls=[http://a:1]"
+    )
     assert cfg.env.name == "codeforces" and cfg.algorithm.name == "grpo"
     assert cfg.rollout.max_new_tokens_per_turn > 64  # code needs longer turns than arithmetic
     check_choices(cfg)
@@ -78,7 +80,9 @@ def test_invalid_choice_lists_valid_ones_with_a_suggestion():
 def test_unknown_group_option_lists_the_available_ones():
     proc = subprocess.run(
         [sys.executable, "-m", "gspo_agents.train", "env=nope"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "arithmetic" in proc.stderr and "codeforces" in proc.stderr
@@ -87,7 +91,9 @@ def test_unknown_group_option_lists_the_available_ones():
 def test_cfg_job_prints_the_resolved_config():
     proc = subprocess.run(
         [sys.executable, "-m", "gspo_agents.train", "env=math", "--cfg", "job"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     printed = OmegaConf.create(proc.stdout)
