@@ -34,14 +34,14 @@ class BufferLayer(DynamicLayer):
 
     def __init__(self) -> None:
         super().__init__()
-        self.key_buf: torch.Tensor | None = None  # [B, H, C, D]
-        self.value_buf: torch.Tensor | None = None
+        self.key_buf = torch.zeros(0, 0, 0, 0)  # [B, H, C, D], allocated at the first update
+        self.value_buf = torch.zeros(0, 0, 0, 0)
         self.length = 0
 
     def update(self, key_states, value_states, *args, **kwargs):
         rows, _, new, _ = key_states.shape
         end = self.length + new
-        if self.key_buf is None:
+        if not self.is_initialized:
             self.device, self.is_initialized = key_states.device, True
             shape = (rows, key_states.shape[1], _capacity(end), key_states.shape[3])
             self.key_buf = key_states.new_zeros(shape)
@@ -102,7 +102,8 @@ class Prefill:
     @classmethod
     def of(cls, requests: list[Request], mask_BL: torch.Tensor) -> Prefill:
         unique: dict[tuple[int, ...], int] = {}  # prompt -> its row u
-        first_U, row_of = [], []  # first request of each row; each request's row
+        first_U: list[int] = []  # the first request of each row
+        row_of: list[int] = []  # each request's row
         for i, r in enumerate(requests):
             key = tuple(r.prompt)
             if key not in unique:
@@ -125,6 +126,9 @@ class Batch:
     ROW_FIELDS = ("next_tok_B", "next_pos_B", "count_B", "seed_B", "temp_B", "top_k_B", "top_p_B")
 
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self.rows: list[Request] = []
         self.cache: DynamicCache | None = None
         self.mask_buf = torch.zeros(0, 0, dtype=torch.long)  # [B, C]; [:, :L] is the mask
@@ -142,10 +146,11 @@ class Batch:
 
     @property
     def length(self) -> int:
-        return self.cache.layers[0].length if self.cache is not None else 0
+        return self.layers[0].length if self.cache is not None else 0
 
     @property
     def layers(self) -> list[BufferLayer]:
+        assert self.cache is not None, "an empty batch has no cache"
         return self.cache.layers
 
     def mask_BL(self, extra: int = 0) -> torch.Tensor:
@@ -199,7 +204,7 @@ class Batch:
         if len(keep) == len(self.rows):
             return
         if not keep:
-            self.__init__()
+            self._clear()
             return
         size, alive = len(keep), set(keep)
         holes = [i for i in range(size) if i not in alive]
@@ -267,4 +272,5 @@ class Batch:
             row += n
         for layer in layers:
             layer._view(rows)
+        assert self.cache is not None
         self.cache.layers, self.mask_buf = layers, mask

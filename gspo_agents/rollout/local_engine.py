@@ -318,9 +318,13 @@ class LocalEngine:
             # Intra-op threads for this thread's forwards; tiny batches lose to oversubscription.
             torch.set_num_threads(self._num_threads)
         batch = Batch()
+
+        def has_work() -> bool:
+            return self._closed or len(batch) > 0 or self._ready()
+
         while True:
             with self._cond:
-                self._cond.wait_for(lambda b=batch: self._closed or len(b) or self._ready())
+                self._cond.wait_for(has_work)
                 if self._closed:
                     self._drain(batch)
                     return
@@ -351,7 +355,7 @@ class LocalEngine:
             return []  # no admissions while a swap waits for the batch to drain
         if self._paused:
             return []
-        admitted = []
+        admitted: list[Request] = []
         while self._waiting and running + len(admitted) < self._max_batch:
             request = self._waiting.popleft()
             request.version = self._version
