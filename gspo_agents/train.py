@@ -95,6 +95,7 @@ def build_learner(cfg: DictConfig, model_dir: str):
         max_grad_norm=t.max_grad_norm,
         num_minibatches=t.num_minibatches,
         micro_batch_tokens=t.micro_batch_tokens,
+        share_prompt_prefix=t.share_prompt_prefix,
         temperature=cfg.rollout.temperature,
         seed=t.seed,
     )

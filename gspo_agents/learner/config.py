@@ -27,6 +27,7 @@ class LearnerConfig:
     mixed_precision: MixedPrecision = (
         "auto"  # auto: bf16 params with fp32 reduce on CUDA, fp32 on CPU
     )
+    share_prompt_prefix: bool = False  # forward each group's common prompt once (single process)
     seed: int = 0
 
     def __post_init__(self) -> None:

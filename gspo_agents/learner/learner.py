@@ -35,6 +35,7 @@ from gspo_agents.learner.parallel import (
     shard_model,
     use_bf16,
 )
+from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_logprobs
 from gspo_agents.learner.stats import MinibatchStats, mean_over
 from gspo_agents.logprobs import token_logprobs
 from gspo_agents.objectives import get_objective, policy_loss
@@ -77,6 +78,7 @@ class Learner:
         self.optimizer = _build_optimizer(self.model, cfg, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._objective = get_objective(cfg.algorithm)
+        self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
         self.step = 0  # optimizer steps taken
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
@@ -127,7 +129,7 @@ class Learner:
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
         out_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
         mine = rank_rows(list(range(batch.num_sequences)), self.rank, self.world_size)
-        for rows in self._synced_microbatches(mine, lengths):
+        for rows in self._synced_microbatches(batch, mine, lengths):
             lp_BT, T = self._logprobs(self._micro(batch, rows, lengths))
             if rows is not None:
                 out_BT[rows, :T] = lp_BT
@@ -168,7 +170,8 @@ class Learner:
         self, batch: FlatBatch, rows: list[int], lengths: list[int], probe: _Probe | None
     ) -> tuple[dict[str, float], float, bool]:
         stats = MinibatchStats(self._objective.ratio_level)
-        micro = self._synced_microbatches(rank_rows(rows, self.rank, self.world_size), lengths)
+        mine = rank_rows(rows, self.rank, self.world_size)
+        micro = self._synced_microbatches(batch, mine, lengths)
         for j, micro_rows in enumerate(micro):
             set_gradient_sync(self.model, j == len(micro) - 1)
             mb = self._micro(batch, micro_rows, lengths)
@@ -229,6 +232,9 @@ class Learner:
         ids_BT = mb.input_ids_BT.to(self.device)
         attn_BT = mb.attention_mask_BT.to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+            if self._share_prefix:
+                lp_BT = shared_prefix_logprobs(self.model, ids_BT, attn_BT, self.cfg.temperature)
+                return lp_BT, ids_BT.shape[1]
             logits_BTV = self.model(
                 input_ids=ids_BT, attention_mask=attn_BT, use_cache=False
             ).logits
@@ -237,14 +243,19 @@ class Learner:
     # ----------------------------------------------------------------------------------------
     # micro-batches
     # ----------------------------------------------------------------------------------------
-    def _synced_microbatches(self, rows: list[int], lengths: list[int]) -> list[Rows]:
+    def _synced_microbatches(
+        self, batch: FlatBatch, rows: list[int], lengths: list[int]
+    ) -> list[Rows]:
         """This rank's micro-batches, padded with dummies to the most any rank has.
 
         Under FSDP every forward/backward is collective, so all ranks run the same count.
         """
-        micro: list[Rows] = list(
-            token_budget_microbatches(rows, [lengths[r] for r in rows], self.cfg.micro_batch_tokens)
-        )
+        budget = self.cfg.micro_batch_tokens
+        if self._share_prefix:  # keep each prompt group together: its prefix counts once
+            seqs = [batch.input_ids_BT[r, : lengths[r]].tolist() for r in rows]
+            micro: list[Rows] = list(plan_microbatches(rows, seqs, budget))
+        else:
+            micro = list(token_budget_microbatches(rows, [lengths[r] for r in rows], budget))
         count = torch.tensor([len(micro)], device=self.device)
         most = int(all_reduce_(count, self._info, torch.distributed.ReduceOp.MAX))
         return micro + [None] * (most - len(micro))
@@ -311,6 +322,22 @@ class Learner:
         return float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
 
     # ----------------------------------------------------------------------------------------
+    def _prefix_sharing_supported(self) -> bool:
+        """share_prompt_prefix needs one process, dense routing and a live KV cache."""
+        reasons = {
+            "distributed (FSDP) training": self._info.distributed,
+            "a mixture-of-experts model (the router probe needs one forward per micro-batch)": (
+                self._routers.enabled
+            ),
+            "activation checkpointing (transformers disables the KV cache)": (
+                self.cfg.activation_checkpointing
+            ),
+        }
+        off = [why for why, present in reasons.items() if present]
+        if off and self.is_main:
+            log.warning("share_prompt_prefix is off: not supported with %s", "; ".join(off))
+        return not off
+
     def _lr_factor(self, step: int) -> float:
         warmup = self.cfg.warmup_steps
         return 1.0 if warmup == 0 else min(1.0, (step + 1) / warmup)
