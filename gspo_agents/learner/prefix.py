@@ -56,14 +56,17 @@ def plan_groups(
     return groups, sorted(singles)
 
 
-def _best(idx: list[int], seqs: list[list[int]], known: int, min_prefix: int):
-    """(tokens forwarded, groups, plain rows) for rows `idx`, which agree on `known` tokens."""
-    plain = sum(len(seqs[i]) for i in idx)
+_Plan = tuple[float, list[PrefixGroup], list[int]]  # tokens forwarded, groups, plain rows
+
+
+def _best(idx: list[int], seqs: list[list[int]], known: int, min_prefix: int) -> _Plan:
+    """The cheapest plan for rows `idx`, which agree on their first `known` tokens."""
+    plain = float(sum(len(seqs[i]) for i in idx))
     if len(idx) == 1:
         return plain, [], list(idx)
     p = _common_prefix(idx, seqs, known)
     shared = p + sum(len(seqs[i]) - p for i in idx) if p >= min_prefix else math.inf
-    best = (plain, [], list(idx))
+    best: _Plan = (plain, [], list(idx))
     if shared <= best[0]:
         best = (shared, [PrefixGroup(tuple(idx), p)], [])
     by_next: dict[int, list[int]] = {}
@@ -123,7 +126,9 @@ def _chunks(group: PrefixGroup, seqs: list[list[int]], budget: int):
     """(cost, rows) pieces of one group, each within the budget where one row allows."""
     p = group.prefix_len
     members = sorted(group.rows, key=lambda i: len(seqs[i]), reverse=True)
-    out, current, longest = [], [], 0
+    out: list[tuple[int, list[int]]] = []
+    current: list[int] = []
+    longest = 0
     for i in members:
         suffix = max(longest, len(seqs[i]) - p)
         if current and p + suffix * (len(current) + 1) > budget:
