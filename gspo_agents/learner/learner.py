@@ -4,6 +4,8 @@ One `update(batch)` takes the same global rollout batch on every rank and makes
 `num_minibatches` optimizer steps. Each rank trains on its strided share of each minibatch, in
 micro-batches under a padded-token budget with gradient accumulation; every loss is normalised by
 the GLOBAL minibatch size, so 1 rank and k ranks compute the same step (tests prove it).
+With `share_prompt_prefix` (single process, dense models) each group's common prompt is forwarded
+once per micro-batch instead of once per row (prefix.py); the step is the same up to rounding.
 
 It does not know about engines, HTTP or environments: weights leave as an HF directory
 (`export_hf`) and trajectories arrive as a `FlatBatch`.
