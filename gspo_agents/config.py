@@ -115,9 +115,7 @@ class TrainerConfig:
     max_grad_norm: float = 1.0
     num_minibatches: int = 4
     micro_batch_tokens: int = 8192
-    share_prompt_prefix: bool = (
-        True  # forward each group's shared prompt once (single process, dense)
-    )
+    share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
     nproc: int = 1
     seed: int = 0
     save_every_steps: int = 0  # 0: only at the end
