@@ -92,9 +92,35 @@ class ChatFormat:
         """Pass to the engine so a model turn ends where the template ends an assistant message."""
         return self._facts.stop_token_ids
 
-    def prompt_ids(self, messages: list[Message]) -> list[int]:
-        """The opening messages rendered once, ending with the generation prompt."""
-        return self._encode(self._render(messages, add_generation_prompt=True))
+    def prompt_ids(
+        self, messages: list[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The opening messages rendered once, ending with the generation prompt. `tools`
+        (OpenAI function-format schemas) go to the template's `tools=`, as Qwen3's renders them."""
+        if tools:
+            text = self._render_with_tools(messages, list(tools))
+        else:
+            text = self._render(messages, add_generation_prompt=True)
+        return self._encode(text)
+
+    def _render_with_tools(self, messages: list[Message], tools: list[dict[str, Any]]) -> str:
+        # Once per trajectory: the reference path (apply_chat_template) is fast enough.
+        try:
+            out = self.tokenizer.apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True
+            )
+        except Exception as exc:  # jinja's own errors
+            raise ChatTemplateError(f"the chat template rejected tools= ({exc})") from exc
+        if not isinstance(out, str):
+            raise ChatTemplateError(
+                f"apply_chat_template(tokenize=False) returned {type(out).__name__}"
+            )
+        if not any(t["function"]["name"] in out for t in tools if "function" in t):
+            raise ChatTemplateError(
+                "the chat template ignores tools= (no tool name appears in the rendered prompt); "
+                "use a tool-aware template such as Qwen3's"
+            )
+        return out
 
     def observation_ids(self, messages: list[Message], model_turn_ids: Sequence[int]) -> list[int]:
         """Ids to append after a finished model turn: the rest of its end-of-turn marker (when the

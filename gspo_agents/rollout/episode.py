@@ -65,6 +65,36 @@ def checked_step(result: Any) -> tuple[list, float, bool, bool, dict]:
     return obs, reward, bool(terminated), bool(truncated), info
 
 
+async def reset_env(env: Any, task: dict) -> tuple[list, dict]:
+    """`await env.areset(...)` where the env has it (tool envs open their session there),
+    else the plain Gymnasium `reset`."""
+    areset = getattr(env, "areset", None)
+    if areset is not None:
+        return await areset(options={"task": task})
+    return env.reset(options={"task": task})
+
+
+def tool_schemas(env: Any) -> list[dict] | None:
+    """The env's tool schemas for the chat template's `tools=`, or None for an env without."""
+    schemas = getattr(env, "tool_schemas", None)
+    return schemas() if callable(schemas) else None
+
+
+async def close_env(env: Any) -> None:
+    """Close an env on every exit path: `aclose` (sessions, sandboxes) where it has one,
+    shielded so that a second cancel cannot leave a session open; else `close`."""
+    aclose = getattr(env, "aclose", None)
+    if aclose is None:
+        env.close()
+        return
+    closing = asyncio.ensure_future(aclose())
+    try:
+        await asyncio.shield(closing)
+    except asyncio.CancelledError:
+        await asyncio.wait([closing])  # finish the cleanup, then let the cancel through
+        raise
+
+
 def oldest_version(traj: Trajectory) -> int | None:
     # Versions only grow along a trajectory, so the first model token is the oldest one; this
     # avoids walking every token on every turn. An engine that answered from older weights

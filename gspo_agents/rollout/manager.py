@@ -59,10 +59,13 @@ from gspo_agents.rollout.episode import (
     TrajectoryFailed,
     abort_quietly,
     checked_step,
+    close_env,
     mark_error,
     oldest_version,
     request_id,
+    reset_env,
     run_all,
+    tool_schemas,
     truncate,
 )
 from gspo_agents.rollout.metrics import RolloutStats, stats_metrics, trajectory_metrics
@@ -232,12 +235,13 @@ class RolloutManager:
         try:
             task_id = str(task.get("id", ""))
             try:
-                messages, _ = env.reset(options={"task": task})
+                messages, _ = await reset_env(env, task)
             except InfraError as exc:  # e.g. a sandbox the episode needs did not start
                 traj = Trajectory([], task_id=task_id, group_id=group_id)
                 mark_error(traj, "env_infra", f"InfraError in reset: {exc}", stats)
                 return traj
-            traj = Trajectory(self.chat.prompt_ids(messages), task_id=task_id, group_id=group_id)
+            prompt_ids = self.chat.prompt_ids(messages, tools=tool_schemas(env))
+            traj = Trajectory(prompt_ids, task_id=task_id, group_id=group_id)
             traj.info["sample"] = sample
             try:
                 await asyncio.wait_for(
@@ -253,7 +257,7 @@ class RolloutManager:
                 mark_error(traj, "timeout", msg, stats)
             return traj
         finally:
-            env.close()
+            await close_env(env)
 
     async def _episode(self, env: TextEnv, traj: Trajectory, stats: RolloutStats) -> None:
         """One episode: model turn -> env.astep -> observation ids -> model turn ...
@@ -276,6 +280,8 @@ class RolloutManager:
                 env, self.chat.action_text(turn_ids), stats
             )
             traj.reward = float(reward)
+            if isinstance(info.get("env_metrics"), dict):  # the env's per-episode counters
+                traj.info["env_metrics"] = info["env_metrics"]
             traj.turn_rewards.append(float(info.get("turn_reward", reward)))
             if terminated:
                 traj.status = Status.COMPLETE

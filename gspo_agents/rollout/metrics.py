@@ -71,7 +71,21 @@ def trajectory_metrics(groups: list[list[Trajectory]]) -> dict[str, float]:
     m["rollout/tokens_mean"] = sum(t.num_tokens for t in trajs) / n if n else 0.0
     m["rollout/num_turns_mean"] = sum(t.num_turns for t in trajs) / n if n else 0.0
     m["rollout/mixed_version_trajectories"] = float(sum(len(set(t.versions)) > 1 for t in trajs))
+    m.update(env_metrics(trajs))
     spread = [g for g in groups if len([t for t in g if t.trainable]) >= 2]
     zero = sum(len({t.reward for t in g if t.trainable}) == 1 for g in spread)
     m["rollout/zero_spread_group_frac"] = zero / len(spread) if spread else 0.0
     return m
+
+
+def env_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Means of the envs' per-episode counters (`info["env_metrics"]` of their steps, e.g. tool
+    calls per episode), over the trajectories that report them, as `rollout/env/<name>`."""
+    sums: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.defaultdict(int)
+    for t in trajs:
+        for key, value in (t.info.get("env_metrics") or {}).items():
+            if isinstance(value, int | float):
+                sums[key] += float(value)
+                counts[key] += 1
+    return {f"rollout/env/{k}": sums[k] / counts[k] for k in sorted(sums)}
