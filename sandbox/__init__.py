@@ -20,12 +20,25 @@ and anything at all with backend="unsafe-local", which runs code as a plain host
 exists only behind an explicit allow_unsafe_local=True. Limits are per test, not per machine:
 many concurrent runs can still use max_concurrency x the per-run memory.
 
+Sessions (sandbox/sessions.py, contract in sandbox/session_api.py) give an agent one persistent,
+isolated workspace per episode: `async with sandbox.session(SessionLimits(...)) as ws:` then
+`ws.exec`, `ws.python` (a kernel), `ws.write_file`/`read_file`/`upload`/`download`.
+
 This package imports neither torch, gspo_agents nor envs.
 """
 
 from sandbox.config import SandboxConfig
 from sandbox.core import Sandbox
 from sandbox.errors import BackendFailure, ImageBuildError, SandboxError, SandboxUnavailable
+from sandbox.session_api import (
+    ExecResult,
+    SessionBudgetExceeded,
+    SessionClosed,
+    SessionLimits,
+    SessionUsage,
+    Workspace,
+)
+from sandbox.sessions import SessionPool, close_sessions, session
 from sandbox.types import (
     JudgeSpec,
     Limits,
@@ -38,6 +51,15 @@ from sandbox.types import (
 
 __all__ = [
     "BackendFailure",
+    "ExecResult",
+    "SessionBudgetExceeded",
+    "SessionClosed",
+    "SessionLimits",
+    "SessionPool",
+    "SessionUsage",
+    "Workspace",
+    "close_sessions",
+    "session",
     "ImageBuildError",
     "JudgeSpec",
     "Limits",

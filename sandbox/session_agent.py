@@ -1,0 +1,435 @@
+"""The in-sandbox session agent: one long-lived process per session that the host talks to.
+
+This file runs INSIDE the sandbox (``python3 -S -c <this source>``) as pid 1 of the session's pid
+namespace, standard library only; it must not import anything from the sandbox package. The host
+keeps its stdin/stdout open for the whole session (one `docker run -i` / one bwrap process), so a
+call costs one JSON line each way instead of a `docker exec`.
+
+Protocol (one JSON object per line, one request at a time):
+  host -> agent   first line: {"workspace", "limits": {memory_mb, processes, file_bytes},
+                  "kernel_source"}; the agent answers {"ready": true}
+                  then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
+                  "ping", ...}; each gets exactly one answer line ({"error", "kind"} on failure).
+  exec/python     {"command"|"code", "timeout_s", "cpu_s", "output_bytes"} ->
+                  {"exit_code", "stdout", "stderr", "stdout_cut", "stderr_cut", "wall_s",
+                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted"}
+Closing stdin ends the session: the agent kills everything and exits (and with it the sandbox).
+
+After every call every process but the agent and the idle kernel is killed, so nothing a call
+starts runs on in the background, and a call's CPU (`cpu_s`) covers its whole process tree: the
+agent is the subreaper and reaps every orphan, so children nobody waited for are counted too.
+"""
+
+import base64
+import ctypes
+import io
+import json
+import os
+import resource
+import selectors
+import signal
+import sys
+import tarfile
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MIB = 1 << 20
+POLL_S = 0.02
+STATE_DIR = "/tmp/.gspo-shell"
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+# bash -c WRAPPER: restore the saved cwd and exports, run $GSPO_COMMAND, save them again on exit.
+WRAPPER = r"""
+__gspo_s=/tmp/.gspo-shell
+[ -r "$__gspo_s/env" ] && . "$__gspo_s/env" >/dev/null 2>&1
+if [ -r "$__gspo_s/cwd" ] && IFS= read -r __gspo_d < "$__gspo_s/cwd"; then
+  cd -- "$__gspo_d" 2>/dev/null || cd -- "$HOME"
+fi
+__gspo_save() {
+  [ -d "$__gspo_s" ] || mkdir -p "$__gspo_s" 2>/dev/null
+  { export -p > "$__gspo_s/env"; printf '%s\n' "$PWD" > "$__gspo_s/cwd"; } 2>/dev/null
+}
+trap __gspo_save EXIT
+__gspo_c=$GSPO_COMMAND
+unset GSPO_COMMAND __gspo_d
+eval "$__gspo_c"
+"""
+
+
+def prctl(option, value):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def send(obj):
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(1, data) :]
+
+
+class Agent:
+    def __init__(self, config):
+        self.workspace = config["workspace"]
+        self.limits = config["limits"]
+        self.kernel_source = config["kernel_source"]
+        self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
+        self.env = dict(BASE_ENV, HOME=self.workspace)
+
+    # ---- processes ------------------------------------------------------------------
+    def child_limits(self):
+        mem = int(self.limits["memory_mb"] * MIB)
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        fsize = int(self.limits["file_bytes"])
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+        nproc = int(self.limits["processes"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    def spawn(self, argv, env, extra_fds=()):
+        """Fork argv with stdin /dev/null, fresh stdout/stderr pipes and extra fds at 3, 4..."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                os.chdir(self.workspace)
+                null = os.open("/dev/null", os.O_RDONLY)
+                moved = [os.dup(fd) for fd in extra_fds]  # out of the way of 0..4
+                os.dup2(null, 0)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                for i, fd in enumerate(moved):
+                    os.dup2(fd, 3 + i)
+                os.closerange(3 + len(moved), 1 << 16)
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                self.child_limits()
+                os.execve(argv[0], argv, env)
+            except BaseException as exc:  # noqa: BLE001 - report anything, then die
+                os.write(2, f"agent: exec failed: {exc!r}\n".encode())
+            os._exit(127)
+        os.close(out_w)
+        os.close(err_w)
+        return pid, out_r, err_r
+
+    def tree_cpu(self):
+        """CPU of everything but the agent: reaped descendants plus every live process."""
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total = usage.ru_utime + usage.ru_stime
+        me = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            total += sum(int(f) for f in fields[11:15]) / CLOCK_TICKS
+        return total
+
+    def kill_others(self, keep_kernel):
+        """SIGKILL every process but us (and the kernel when kept); reap until none is left."""
+        me = os.getpid()
+        keep = {me}
+        if keep_kernel and self.kernel is not None:
+            keep.add(self.kernel[0])
+        while True:
+            alive = False
+            for name in os.listdir("/proc"):
+                if name.isdigit() and int(name) not in keep:
+                    alive = True
+                    try:
+                        os.kill(int(name), signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            while True:
+                try:
+                    pid, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    pid = 0
+                if pid == 0:
+                    break
+                if self.kernel is not None and pid == self.kernel[0]:
+                    self.drop_kernel()
+                    keep.discard(pid)
+            if not alive:
+                return
+            time.sleep(0.001)
+
+    def drop_kernel(self):
+        if self.kernel is None:
+            return
+        for fd in self.kernel[1:]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.kernel = None
+
+    # ---- calls --------------------------------------------------------------------------
+    def collect(self, pid, out_fd, err_fd, req, done_fd=None):
+        """Read output (keeping each stream's tail) until the call ends or hits a limit."""
+        cap = int(req["output_bytes"])
+        start = time.monotonic()
+        deadline = start + float(req["timeout_s"])
+        cpu_limit = float(req["cpu_s"])
+        cpu0 = self.tree_cpu()
+        bufs = {"out": bytearray(), "err": bytearray()}
+        cut = {"out": 0, "err": 0}
+        sel = selectors.DefaultSelector()
+        sel.register(out_fd, selectors.EVENT_READ, "out")
+        sel.register(err_fd, selectors.EVENT_READ, "err")
+        pidfd = os.pidfd_open(pid)
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        if done_fd is not None:
+            sel.register(done_fd, selectors.EVENT_READ, "done")
+        reason, finished, status, done_msg = "", False, None, b""
+        last_cpu_check, finished_at = 0.0, 0.0
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                reason = "wall"
+                break
+            if now - last_cpu_check >= POLL_S:
+                last_cpu_check = now
+                if self.tree_cpu() - cpu0 > cpu_limit:
+                    reason = "cpu"
+                    break
+            if finished and (now - finished_at > 0.1 or not self.drain_ready(sel)):
+                break  # ended; stop at once unless output is still arriving (0.1 s at most)
+            for key, _ in sel.select(min(deadline - now, POLL_S)):
+                if key.data == "exit":
+                    sel.unregister(pidfd)
+                    _, status = os.waitpid(pid, 0)
+                    finished, finished_at = True, time.monotonic()
+                    if done_fd is not None:
+                        reason = "died"
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    if key.data == "done" and not finished:
+                        finished, finished_at, reason = True, time.monotonic(), "died"
+                    continue
+                if key.data == "done":
+                    done_msg += chunk
+                    if done_msg.endswith(b"\n"):
+                        finished, finished_at = True, time.monotonic()
+                    continue
+                buf = bufs[key.data]
+                buf += chunk
+                if len(buf) > cap:
+                    cut[key.data] += len(buf) - cap
+                    del buf[: len(buf) - cap]
+        sel.close()
+        os.close(pidfd)
+        return {
+            "reason": reason,
+            "status": status,
+            "done": done_msg,
+            "stdout": bytes(bufs["out"]),
+            "stderr": bytes(bufs["err"]),
+            "stdout_cut": cut["out"],
+            "stderr_cut": cut["err"],
+            "wall_s": time.monotonic() - start,
+            "cpu0": cpu0,
+        }
+
+    @staticmethod
+    def drain_ready(sel):
+        """After the call finished: is there still output to read right now?"""
+        fds = [k for k in sel.get_map().values() if k.data in ("out", "err")]
+        if not fds:
+            return False
+        return bool(sel.select(0.005))
+
+    def finish(self, got, keep_kernel):
+        """Kill leftovers, then measure the whole tree's CPU (reaped orphans included)."""
+        self.kill_others(keep_kernel)
+        cpu = max(0.0, self.tree_cpu() - got["cpu0"])
+        return {
+            "stdout": got["stdout"].decode("utf-8", "replace"),
+            "stderr": got["stderr"].decode("utf-8", "replace"),
+            "stdout_cut": got["stdout_cut"],
+            "stderr_cut": got["stderr_cut"],
+            "wall_s": got["wall_s"],
+            "cpu_s": cpu,
+            "reason": got["reason"] if got["reason"] != "died" else "",
+        }
+
+    def op_exec(self, req):
+        env = dict(self.env, GSPO_COMMAND=req["command"])
+        argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
+        pid, out_r, err_r = self.spawn(argv, env)
+        try:
+            got = self.collect(pid, out_r, err_r, req)
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        if got["status"] is None:  # stopped by a limit before it exited: kill it, reap it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            os.waitpid(pid, 0)
+        result = self.finish(got, keep_kernel=True)
+        code = None
+        if not got["reason"] and got["status"] is not None:
+            code = os.waitstatus_to_exitcode(got["status"])
+        result["exit_code"] = code
+        result["kernel_restarted"] = False
+        return result
+
+    def start_kernel(self):
+        req_r, req_w = os.pipe()
+        done_r, done_w = os.pipe()
+        argv = ["/usr/bin/python3", "-q", "-c", self.kernel_source]
+        env = dict(self.env, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+        pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
+        os.close(req_r)
+        os.close(done_w)
+        self.kernel = (pid, req_w, done_r, out_r, err_r)
+
+    def op_python(self, req):
+        if self.kernel is None:
+            self.start_kernel()
+        pid, req_w, done_r, out_r, err_r = self.kernel
+        try:
+            os.write(req_w, (json.dumps({"code": req["code"]}) + "\n").encode())
+        except OSError:
+            pass  # the kernel is gone; collect() sees it exit
+        got = self.collect(pid, out_r, err_r, req, done_fd=done_r)
+        restarted = bool(got["reason"])
+        exit_code = None
+        if restarted:  # timeout, CPU limit or the kernel died: it is killed and restarted
+            self.kill_others(keep_kernel=False)
+            self.drop_kernel()
+            if got["status"] is not None and got["reason"] == "died":
+                exit_code = os.waitstatus_to_exitcode(got["status"])
+        else:
+            try:
+                exit_code = 0 if json.loads(got["done"])["ok"] else 1
+            except (ValueError, KeyError, TypeError):
+                exit_code = 1
+        result = self.finish(got, keep_kernel=True)
+        if got["reason"] == "died":
+            result["reason"] = "died"
+        result["exit_code"] = exit_code
+        result["kernel_restarted"] = restarted
+        return result
+
+    # ---- files --------------------------------------------------------------------------
+    def resolve(self, path):
+        return path if path.startswith("/") else os.path.join(self.workspace, path)
+
+    def op_write(self, req):
+        path = self.resolve(req["path"])
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        data = base64.b64decode(req["data"])
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, int(req.get("mode", 0o644)))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.chmod(path, int(req.get("mode", 0o644)))
+        return {"bytes": len(data)}
+
+    def op_read(self, req):
+        path = self.resolve(req["path"])
+        limit = int(req["max_bytes"])
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"{req['path']} is larger than {limit} bytes")
+        return {"data": base64.b64encode(data).decode()}
+
+    def op_untar(self, req):
+        dest = os.path.normpath(self.resolve(req["dest"]))
+        os.makedirs(dest, exist_ok=True)
+        count = 0
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["data"]))) as tar:
+            for member in tar:
+                name = os.path.normpath(member.name)
+                if name.startswith(("/", "..")) or name == ".":
+                    continue
+                target = os.path.join(dest, name)
+                if member.isdir():
+                    os.makedirs(target, exist_ok=True)
+                elif member.isfile():
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    src = tar.extractfile(member)
+                    with open(target, "wb") as fh:
+                        fh.write(src.read() if src is not None else b"")
+                    os.chmod(target, member.mode & 0o755 | 0o600)
+                    count += 1
+        return {"files": count}
+
+    def op_usage(self, req):
+        st = os.statvfs(self.workspace)
+        return {"disk_bytes": (st.f_blocks - st.f_bfree) * st.f_frsize}
+
+    def op_kill(self, req):
+        self.kill_others(keep_kernel=False)
+        self.drop_kernel()
+        return {}
+
+    def op_ping(self, req):
+        return {"pong": True}
+
+    def handle(self, req):
+        op = req.get("op")
+        method = getattr(self, f"op_{op}", None)
+        if method is None:
+            return {"error": f"unknown op {op!r}", "kind": "ValueError"}
+        try:
+            return method(req)
+        except (OSError, ValueError, tarfile.TarError, KeyError) as exc:
+            return {
+                "error": str(exc),
+                "kind": type(exc).__name__,
+                "errno": getattr(exc, "errno", None),
+            }
+
+
+def main():
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)  # programs run as our uid: no ptrace of us, no /proc/1/mem
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    if os.getpid() != 1:  # it kills every process it can see: only ever in its own pid ns
+        sys.stderr.write("session agent: refusing to run outside a fresh pid namespace\n")
+        sys.exit(2)
+    stdin = sys.stdin.buffer
+    first = stdin.readline()
+    if not first:
+        return
+    agent = Agent(json.loads(first))
+    os.makedirs(agent.workspace, exist_ok=True)
+    os.makedirs(STATE_DIR, exist_ok=True)
+    send({"ready": True})
+    try:
+        while True:
+            line = stdin.readline()
+            if not line:
+                return
+            try:
+                req = json.loads(line)
+            except ValueError as exc:
+                send({"error": f"malformed request: {exc}", "kind": "ValueError"})
+                continue
+            send(agent.handle(req))
+    finally:
+        agent.kill_others(keep_kernel=False)
+
+
+if __name__ == "__main__":
+    main()
