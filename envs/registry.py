@@ -32,6 +32,8 @@ BUILTIN_ENVS: dict[str, str] = {
     "gspo/Arithmetic-v0": "envs.arithmetic:ArithmeticEnv",
     "gspo/Math-v0": "envs.math.env:MathEnv",
     "gspo/MathTool-v0": "envs.mathtool:MathToolEnv",
+    "gspo/MathTool-v1": "envs.mathtool_v1:MathToolV1Env",
+    "gspo/CodeAgent-v0": "envs.codeagent.env:CodeAgentEnv",
     "gspo/Codeforces-v0": "envs.codeforces.env:CodeforcesEnv",
 }
 # Command-line names (`env=math`) -> ids.
@@ -39,6 +41,8 @@ SHORT_NAMES: dict[str, str] = {
     "arithmetic": "gspo/Arithmetic-v0",
     "math": "gspo/Math-v0",
     "mathtool": "gspo/MathTool-v0",
+    "mathtool-v1": "gspo/MathTool-v1",
+    "codeagent": "gspo/CodeAgent-v0",
     "codeforces": "gspo/Codeforces-v0",
 }
 
