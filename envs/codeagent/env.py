@@ -1,0 +1,298 @@
+"""CodeAgent-v0: fix a bug (or fill a stub) in a small Python repository with tools.
+
+Each episode gets its own sandbox session (`sandbox.session`), opened at `areset`, with the task's
+repository uploaded to /workspace/repo. Tools (Qwen3/Hermes tool calls): `bash`, `read_file`,
+`write_file`, `str_replace` (replace one unique snippet), `run_tests` (the visible tests only) and
+`submit`. The episode ends at `submit`, at a turn without tool calls, or at the turn limit; the
+rollout's context budget (`rollout.max_context_tokens`) is its token budget.
+
+Reward: the fraction of the task's hidden cases that pass, computed after the episode in the same
+workspace: every process the agent left is killed first, then a runner and the hidden calls (not
+their expected values) are written to a fresh directory and run with `python3 -I` from outside the
+repository; the host compares the results. The hidden cases never exist in the sandbox while the
+agent can act, and their expected values never enter it at all. A repository that no longer
+imports, loops forever or prints forged lines scores what its calls return (usually 0).
+
+The sandbox's own failures (BackendFailure, a session that will not start) raise InfraError: the
+trajectory is an error, never a 0. A session budget the agent spends is the agent's doing: the
+episode ends with the hidden tests' result and `info["budget_exhausted"]`.
+
+Metrics (`info["env_metrics"]`): turns, tool calls, tool-call attempts, parse failures, tool
+errors, parse_ok_frac, and at the end hidden_pass_frac and submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from envs.base import Message
+from envs.codeagent.tasks import TIERS, build_tasks
+from envs.errors import InfraError
+from envs.tools import ToolEnv, ToolError, tool
+from envs.tools.session import EpisodeSession
+
+REPO = "/workspace/repo"
+_RUNNER = Path(__file__).with_name("hidden_runner.py")
+SYSTEM_PROMPT = (
+    "You fix bugs in a Python repository at /workspace/repo. Use the tools; "
+    "call submit when done."
+)
+
+
+class CodeAgentEnv(ToolEnv):
+    """Repository-fixing agent env; see the module docstring."""
+
+    max_tool_calls_per_turn = 4
+    max_tool_output_chars = 1500
+
+    def __init__(
+        self,
+        *,
+        max_turns: int = 4,
+        tiers: list[str] | None = None,
+        backend: str = "auto",
+        session_options: dict[str, Any] | None = None,
+        exec_timeout_s: float = 10.0,
+        session_cpu_s: float = 60.0,
+        max_tool_calls_per_turn: int | None = None,
+        max_tool_output_chars: int | None = None,
+        sandbox: Any | None = None,  # the trainer's shared judging sandbox: not used here
+    ) -> None:
+        super().__init__(
+            max_turns,
+            max_tool_calls_per_turn=max_tool_calls_per_turn,
+            max_tool_output_chars=max_tool_output_chars,
+        )
+        bad = [t for t in tiers or [] if t not in TIERS]
+        if bad:
+            raise ValueError(f"CodeAgent tiers {bad} unknown; choose from {list(TIERS)}")
+        self.tiers = list(tiers) if tiers else list(TIERS)
+        self.session = EpisodeSession(backend, **(session_options or {}))
+        self.exec_timeout_s = exec_timeout_s
+        self.session_cpu_s = session_cpu_s
+        self._submitted = False
+        self._last: dict[str, Any] = {}
+
+    # -- data -----------------------------------------------------------------------------------
+    def load_tasks(self, split: str) -> list[dict[str, Any]]:
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        return [t for t in build_tasks() if t["split"] == split and t["tier"] in self.tiers]
+
+    def initial_messages(self, task: dict[str, Any]) -> list[Message]:
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": task["issue"]},
+        ]
+
+    def reference_response(self, task: dict[str, Any]) -> str:
+        """One turn of tool calls that solves the task: the fix as a str_replace, then submit."""
+        return reference_calls(task)
+
+    # -- session --------------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        from sandbox import SandboxError
+        from sandbox.session_api import SessionLimits
+
+        task = self._require_task()
+        self._submitted, self._last = False, {}
+        limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
+        ws = await self.session.open(limits)
+        try:
+            with tempfile.TemporaryDirectory(prefix="codeagent-") as tmp:
+                for path, text in task["files"].items():
+                    (Path(tmp) / path).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(tmp) / path).write_text(text)
+                await ws.upload(tmp, "repo")  # the task's repository, hidden tests not in it
+            # No bytecode caches: a same-size edit within a second would run stale .pyc files.
+            await ws.exec(f"cd {REPO} && export PYTHONDONTWRITEBYTECODE=1")
+        except SandboxError as exc:
+            await self.session.close()
+            raise InfraError(f"CodeAgent could not set up its workspace: {exc}") from exc
+
+    async def on_close(self) -> None:
+        await self.session.close()
+
+    async def _exec(self, command: str) -> str:
+        from sandbox import SandboxError
+        from sandbox.session_api import SessionBudgetExceeded
+
+        try:
+            result = await self._session().exec(command, timeout_s=self.exec_timeout_s)
+        except SessionBudgetExceeded as exc:
+            self.end_episode()
+            self._last["budget_exhausted"] = True
+            raise ToolError(f"the session's compute budget is spent ({exc}); the episode ends") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+        return result.render() or "(no output)"
+
+    def _session(self) -> Any:
+        return self.session.require()
+
+    # -- tools ----------------------------------------------------------------------------------
+    @tool
+    async def bash(self, command: str) -> str:
+        """Run a shell command in the repository.
+
+        Args:
+            command: the command line.
+        """
+        return await self._exec(command)
+
+    @tool
+    async def read_file(self, path: str) -> str:
+        """Read a file of the repository.
+
+        Args:
+            path: the path, relative to the repository root.
+        """
+        return (await self._read(path)) or "(empty file)"
+
+    @tool
+    async def write_file(self, path: str, content: str) -> str:
+        """Create or replace a file of the repository.
+
+        Args:
+            path: the path, relative to the repository root.
+            content: the new text of the file.
+        """
+        await self._write(path, content)
+        return f"wrote {len(content)} characters to {path}"
+
+    @tool
+    async def str_replace(self, path: str, old: str, new: str) -> str:
+        """Replace one snippet of a file; the snippet must occur exactly once.
+
+        Args:
+            path: the path, relative to the repository root.
+            old: the exact text to replace.
+            new: the text to put in its place.
+        """
+        text = await self._read(path)
+        count = text.count(old) if old else 0
+        if count != 1:
+            where = "is empty" if not old else f"occurs {count} times in {path}"
+            raise ToolError(f"old {where}; it must occur exactly once (quote it exactly)")
+        await self._write(path, text.replace(old, new))
+        return f"replaced 1 occurrence in {path}"
+
+    @tool
+    async def run_tests(self) -> str:
+        """Run the repository's visible tests."""
+        return await self._exec(f"cd {REPO} && {self._require_task()['test_command']}")
+
+    @tool
+    async def submit(self) -> str:
+        """Submit the repository as it is now; the episode ends."""
+        self._submitted = True
+        self.end_episode()
+        return "submitted"
+
+    async def _read(self, path: str) -> str:
+        from sandbox import SandboxError
+
+        try:
+            data = await self._session().read_file(_in_repo(path))
+        except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError) as exc:
+            raise ToolError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+        return data.decode("utf-8", errors="replace")
+
+    async def _write(self, path: str, content: str) -> None:
+        from sandbox import SandboxError
+
+        try:
+            await self._session().write_file(_in_repo(path), content)
+        except (IsADirectoryError, ValueError, PermissionError, OSError) as exc:
+            raise ToolError(f"cannot write {path}: {type(exc).__name__}: {exc}") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+
+    # -- reward ---------------------------------------------------------------------------------
+    async def final_reward(self, text: str | None) -> float:
+        results = await self._run_hidden()
+        task = self._require_task()
+        passed = [_matches(r, case["expect"]) for r, case in zip(results, task["hidden"], strict=True)]
+        fraction = sum(passed) / len(passed)
+        self._last.update(hidden_pass_frac=fraction, hidden_passed=passed)
+        return fraction
+
+    async def _run_hidden(self) -> list[dict[str, Any]]:
+        """The hidden calls' results, run after the agent's processes are gone."""
+        from sandbox import SandboxError
+        from sandbox.session_api import SessionBudgetExceeded
+
+        task = self._require_task()
+        ws = self._session()
+        marker = "HIDDEN-" + secrets.token_hex(16)
+        where = f"/workspace/.grader-{secrets.token_hex(8)}"
+        calls = [case["call"] for case in task["hidden"]]
+        command = (  # in a subshell: the session's cwd stays where it was
+            f"(cd / && /usr/bin/python3 -I {where}/runner.py {REPO} {task['module']} "
+            f"{where}/cases.json {marker})"
+        )
+        try:
+            await ws.kill_processes()
+            await ws.write_file(f"{where}/runner.py", _RUNNER.read_text())
+            await ws.write_file(f"{where}/cases.json", json.dumps(calls))
+            result = await ws.exec(command, timeout_s=5.0 + 3.0 * len(calls))
+        except SessionBudgetExceeded:
+            self._last["budget_exhausted"] = True
+            return [{"error": "session budget exhausted"} for _ in calls]
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed running the hidden tests: {exc}") from exc
+        for line in reversed(result.stdout.splitlines()):
+            if line.startswith(marker + " "):
+                try:
+                    parsed = json.loads(line[len(marker) + 1 :])
+                except json.JSONDecodeError:
+                    break
+                if isinstance(parsed, list) and len(parsed) == len(calls):
+                    return [r if isinstance(r, dict) else {"error": "bad record"} for r in parsed]
+                break
+        reason = "timeout" if result.timed_out else f"no result (exit {result.exit_code})"
+        return [{"error": reason} for _ in calls]
+
+    def final_info(self) -> dict[str, Any]:
+        return {
+            "submitted": self._submitted,
+            "hidden_pass_frac": self._last.get("hidden_pass_frac", 0.0),
+            "hidden_passed": self._last.get("hidden_passed", []),
+            "budget_exhausted": bool(self._last.get("budget_exhausted", False)),
+        }
+
+    def _info(self, reward: float, end: str | None) -> dict[str, Any]:
+        info = super()._info(reward, end)
+        if end is not None:
+            info["env_metrics"]["hidden_pass_frac"] = float(self._last.get("hidden_pass_frac", 0.0))
+            info["env_metrics"]["submitted"] = float(self._submitted)
+        return info
+
+
+def reference_calls(task: dict[str, Any]) -> str:
+    ref = task["reference"]
+    fix = {"name": "str_replace", "arguments": {"path": ref["path"], "old": ref["old"], "new": ref["new"]}}
+    return "\n".join(
+        f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        for call in (fix, {"name": "submit", "arguments": {}})
+    )
+
+
+def _in_repo(path: str) -> str:
+    return path if path.startswith("/") else f"{REPO}/{path}"
+
+
+def _matches(result: dict[str, Any], expect: Any) -> bool:
+    if "value" not in result or result.get("type") != type(expect).__name__:
+        return False
+    value = result["value"]
+    if isinstance(expect, float):
+        return isinstance(value, int | float) and math.isclose(value, expect, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(value == expect)
