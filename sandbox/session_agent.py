@@ -189,6 +189,9 @@ class Agent:
         sel.register(pidfd, selectors.EVENT_READ, "exit")
         if done_fd is not None:
             sel.register(done_fd, selectors.EVENT_READ, "done")
+        # The host sends nothing during a call: stdin readable now means it closed (the trainer
+        # died or gave up on us): stop everything and exit, taking the sandbox with us.
+        sel.register(0, selectors.EVENT_READ, "host")
         reason, finished, status, done_msg = "", False, None, b""
         last_cpu_check, finished_at = 0.0, 0.0
         while True:
@@ -204,6 +207,9 @@ class Agent:
             if finished and (now - finished_at > 0.1 or not self.drain_ready(sel)):
                 break  # ended; stop at once unless output is still arriving (0.1 s at most)
             for key, _ in sel.select(min(deadline - now, POLL_S)):
+                if key.data == "host":
+                    self.kill_others(keep_kernel=False)
+                    os._exit(0)
                 if key.data == "exit":
                     sel.unregister(pidfd)
                     _, status = os.waitpid(pid, 0)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,3 +115,36 @@ async def close_agent(proc: asyncio.subprocess.Process, grace_s: float = 2.0) ->
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(proc.wait(), grace_s)
     return await stop_process(proc)
+
+
+def uid_processes(uid: int) -> list[int]:
+    """Host pids whose real uid is `uid` (a session's uid is its own: these are its processes)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            found.append(int(name))
+                        break
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def kill_uid(uid: int, timeout_s: float = 5.0) -> bool:
+    """SIGKILL every host process of `uid` until none is left; True when none is."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = uid_processes(uid)
+        if not pids:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)

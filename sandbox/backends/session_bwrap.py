@@ -7,21 +7,40 @@ top-level entries is bound read-only into bwrap's own root, so that a size-cappe
 tmpfs can be mounted there; the root is then remounted read-only.
 
 Cleanup: closing the session closes the agent's stdin (it kills everything and exits, taking the
-namespace with it); bwrap is killed if it has not exited within a second. A SIGKILLed trainer takes its
-sessions with it (--die-with-parent); nothing is left for the next start to reap.
+namespace with it, even mid-call); then every host process of the session's uid (its own) is
+killed. --die-with-parent alone is not enough: bwrap's child drops its uid after setting its
+parent-death signal, which clears it. A trainer killed by SIGKILL closes the agents' stdin, so
+they exit; in case one does not, each live session has a marker file <pid>.<uid> in
+$TMPDIR/gspo-sessions, and the next start kills the processes of markers whose pid is dead.
 Whole-tree memory is bounded per process (RLIMIT_AS) times the process cap; a cgroup would bound
 it for the tree (the integrity issue's work), processes by RLIMIT_NPROC of the session's uid.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import signal
+import tempfile
+from pathlib import Path
 
 from sandbox.backends.bubblewrap import BubblewrapBackend
-from sandbox.backends.session_base import AGENT_ARGV, Handle, SessionBackend, close_agent
+from sandbox.backends.session_base import (
+    AGENT_ARGV,
+    Handle,
+    SessionBackend,
+    close_agent,
+    kill_uid,
+)
 from sandbox.session_api import WORKSPACE, SessionLimits
+
+log = logging.getLogger(__name__)
+
+
+def marker_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "gspo-sessions"
 
 
 class BubblewrapSessionBackend(SessionBackend):
@@ -33,6 +52,24 @@ class BubblewrapSessionBackend(SessionBackend):
 
     def check(self) -> None:
         self.base.check()
+        self.reap_stale()
+
+    def reap_stale(self) -> None:
+        """Kill the sessions of trainers that died without closing them (marker files)."""
+        try:
+            markers = list(marker_dir().glob("*.*"))
+        except OSError:
+            return
+        for marker in markers:
+            pid, _, uid = marker.name.partition(".")
+            if not (pid.isdigit() and uid.isdigit()) or _pid_alive(int(pid)):
+                continue
+            log.info("reaping the bubblewrap session of dead trainer pid %s (uid %s)", pid, uid)
+            if kill_uid(int(uid)):
+                marker.unlink(missing_ok=True)
+
+    def _marker(self, handle: Handle) -> Path:
+        return marker_dir() / f"{os.getpid()}.{handle.uid}"
 
     def _root_binds(self) -> list[str]:
         root = self.base.rootfs
@@ -71,15 +108,32 @@ class BubblewrapSessionBackend(SessionBackend):
 
     def registered(self, handle: Handle) -> None:
         self._live[handle.name] = handle
+        with contextlib.suppress(OSError):
+            marker_dir().mkdir(mode=0o700, exist_ok=True)
+            self._marker(handle).touch()
 
     async def destroy(self, handle: Handle) -> str:
         self._live.pop(handle.name, None)
-        # bwrap is killed if the agent does not exit; --die-with-parent then kills the agent
-        return await close_agent(handle.proc, grace_s=1.0)
+        tail = await close_agent(handle.proc, grace_s=1.0)
+        if await asyncio.to_thread(kill_uid, handle.uid):
+            self._marker(handle).unlink(missing_ok=True)
+        return tail
 
     def destroy_all_sync(self) -> None:
         for handle in list(self._live.values()):
             if handle.proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(handle.proc.pid, signal.SIGKILL)
+            if kill_uid(handle.uid):
+                self._marker(handle).unlink(missing_ok=True)
         self._live.clear()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,192 @@
+"""Sessions are cleaned up on every exit path, on docker and bubblewrap (real engines):
+normal exit, an error in the body, cancellation mid-call, pool shutdown with live sessions,
+a broken agent, and a trainer killed with SIGKILL (a real subprocess; the next start reaps)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from sbtest_util import processes_of_uids
+from session_util import leftovers, pool, session_backend, session_containers  # noqa: F401
+
+from sandbox import BackendFailure, SessionClosed, SessionPool
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_closed_on_normal_exit_and_on_error(pool: SessionPool) -> None:  # noqa: F811
+    async with pool.session() as ws:
+        assert (await ws.exec("echo ok")).ok
+    assert ws.closed and leftovers(pool) == []
+    with pytest.raises(SessionClosed):
+        await ws.exec("echo again")
+    with pytest.raises(RuntimeError, match="episode failed"):
+        async with pool.session() as ws2:
+            await ws2.exec("sleep 0.1")
+            raise RuntimeError("episode failed")
+    assert ws2.closed and pool.live == 0 and leftovers(pool) == []
+
+
+async def test_closed_on_cancellation_mid_call(pool: SessionPool) -> None:  # noqa: F811
+    started = asyncio.Event()
+
+    async def episode() -> None:
+        async with pool.session() as ws:
+            started.set()
+            await ws.exec("sleep 60", timeout_s=120)
+
+    task = asyncio.create_task(episode())
+    await started.wait()
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool.live == 0 and leftovers(pool) == []
+
+
+async def test_pool_close_ends_live_sessions(pool: SessionPool) -> None:  # noqa: F811
+    hold = asyncio.Event()
+    running: list[int] = []
+
+    async def episode() -> str:
+        async with pool.session() as ws:
+            await ws.exec("echo running")
+            running.append(1)
+            await hold.wait()
+            try:
+                await ws.exec("echo after shutdown")
+            except (SessionClosed, BackendFailure) as exc:
+                return type(exc).__name__
+            return "still ran"
+
+    tasks = [asyncio.create_task(episode()) for _ in range(2)]
+    while len(running) < 2:
+        await asyncio.sleep(0.05)
+    await pool.aclose()  # trainer shutdown with episodes in flight
+    assert leftovers(pool) == []
+    hold.set()
+    assert set(await asyncio.gather(*tasks)) <= {"SessionClosed", "BackendFailure"}
+
+
+async def test_a_dead_agent_is_an_infrastructure_failure(pool: SessionPool) -> None:  # noqa: F811
+    async with pool.session() as ws:
+        await ws.exec("echo hi")
+        ws._handle.proc.kill()  # the sandbox dies under us (daemon restart, OOM kill, ...)
+        with pytest.raises(BackendFailure):
+            await ws.exec("echo hi")
+        with pytest.raises(SessionClosed):  # and the session says it is unusable
+            await ws.exec("echo hi")
+    assert leftovers(pool) == []
+
+
+TRAINER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from sandbox import SessionPool
+
+    async def main():
+        pool = SessionPool(sys.argv[1], max_sessions=4, warm=1)
+        await pool.start()
+        async with pool.session() as a, pool.session() as b:
+            await a.exec("echo x > /workspace/f")
+            uids = sorted(pool._uids)
+            print("READY", pool._backend.name, " ".join(map(str, uids)), flush=True)
+            await asyncio.gather(a.exec("sleep 600", timeout_s=900), b.python("import time; time.sleep(600)", timeout_s=900))
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_sigkilled_trainer_leaves_nothing_after_the_next_start(
+    session_backend: str,  # noqa: F811
+) -> None:
+    from session_util import started_pool
+
+    probe = await started_pool(session_backend, max_sessions=1)  # fail/skip like the others
+    await probe.aclose()
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, session_backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert trainer.stdout is not None
+        line = trainer.stdout.readline()
+        assert line.startswith("READY"), (line, trainer.stderr.read() if trainer.stderr else "")
+        uids = {int(u) for u in line.split()[2:]}
+        owner = f"{os.uname().nodename}:{trainer.pid}"
+        time.sleep(0.5)  # both calls are running inside their sandboxes
+        assert processes_of_uids(uids), "the sessions should be running"
+        if session_backend == "docker":
+            assert len(session_containers(owner)) >= 2
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    # the next start (a new trainer) reaps whatever the dead one left behind
+    after = await started_pool(session_backend, max_sessions=1)
+    try:
+        deadline = time.monotonic() + 30
+        left: list[str] = ["?"]
+        while time.monotonic() < deadline:
+            left = processes_of_uids(uids)
+            if session_backend == "docker":
+                left += session_containers(owner)
+            if not left:
+                break
+            await asyncio.sleep(0.5)
+        assert left == [], left
+    finally:
+        await after.aclose()
+
+
+async def test_orphans_of_a_dead_owner_are_reaped_at_start(session_backend: str) -> None:  # noqa: F811
+    """The reaper itself, for sandboxes whose agent did not exit on its own (the test above
+    mostly sees agents leave when their stdin closes): a sandbox owned by a dead pid is gone
+    after the next pool starts."""
+    from session_util import started_pool
+
+    from sandbox import image
+    from sandbox.backends.session_bwrap import marker_dir
+
+    probe = await started_pool(session_backend, max_sessions=1)  # fail/skip like the others
+    await probe.aclose()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is now a dead owner
+    uid = 299_999_000 + os.getpid() % 1000
+    if session_backend == "docker":
+        owner = f"{os.uname().nodename}:{dead.pid}"
+        subprocess.run(
+            ["docker", "run", "-d", "--rm", "--label", f"gspo-sandbox.owner={owner}",
+             "--label", "gspo-sandbox.kind=session", "--user", f"{uid}:{uid}",
+             "--network", "none", image.image_tag(), "sleep", "600"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        assert session_containers(owner)
+    else:
+        subprocess.run(  # double fork: an orphan that is not our child (no zombie to reap)
+            ["sh", "-c", f"setpriv --reuid={uid} --regid={uid} --clear-groups sleep 600 &"],
+            check=True,
+            start_new_session=True,
+        )
+        marker_dir().mkdir(mode=0o700, exist_ok=True)
+        (marker_dir() / f"{dead.pid}.{uid}").touch()
+        assert processes_of_uids({uid})
+    after = await started_pool(session_backend, max_sessions=1)
+    await after.aclose()
+    if session_backend == "docker":
+        assert session_containers(owner) == []
+    else:
+        assert not (marker_dir() / f"{dead.pid}.{uid}").exists()
+    assert processes_of_uids({uid}) == []
