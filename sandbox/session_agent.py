@@ -77,6 +77,7 @@ class Agent:
         self.limits = config["limits"]
         self.kernel_source = config["kernel_source"]
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
+        self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
 
     # ---- processes ------------------------------------------------------------------
@@ -225,7 +226,7 @@ class Agent:
                     continue
                 if key.data == "done":
                     done_msg += chunk
-                    if done_msg.endswith(b"\n"):
+                    if self.cell_done(done_msg, req.get("cell")):
                         finished, finished_at = True, time.monotonic()
                     continue
                 buf = bufs[key.data]
@@ -246,6 +247,19 @@ class Agent:
             "wall_s": time.monotonic() - start,
             "cpu0": cpu0,
         }
+
+    @staticmethod
+    def cell_done(data, cell):
+        """The kernel's {"ok", "cell"} line for this cell, if `data` holds one (else None).
+        The cell's own code could write lines there too: it can only misreport itself."""
+        for line in data.split(b"\n"):
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and msg.get("cell") == cell and "ok" in msg:
+                return msg
+        return None
 
     @staticmethod
     def drain_ready(sel):
@@ -306,8 +320,11 @@ class Agent:
         if self.kernel is None:
             self.start_kernel()
         pid, req_w, done_r, out_r, err_r = self.kernel
+        self.cells += 1
+        cell = req["cell"] = self.cells
         try:
-            os.write(req_w, (json.dumps({"code": req["code"]}) + "\n").encode())
+            drain(done_r)  # anything the last cell wrote there itself is stale
+            os.write(req_w, (json.dumps({"code": req["code"], "cell": cell}) + "\n").encode())
         except OSError:
             pass  # the kernel is gone; collect() sees it exit
         got = self.collect(pid, out_r, err_r, req, done_fd=done_r)
@@ -320,7 +337,7 @@ class Agent:
                 exit_code = os.waitstatus_to_exitcode(got["status"])
         else:
             try:
-                exit_code = 0 if json.loads(got["done"])["ok"] else 1
+                exit_code = 0 if self.cell_done(got["done"], cell)["ok"] else 1
             except (ValueError, KeyError, TypeError):
                 exit_code = 1
         result = self.finish(got, keep_kernel=True)
@@ -405,6 +422,17 @@ class Agent:
                 "kind": type(exc).__name__,
                 "errno": getattr(exc, "errno", None),
             }
+
+
+def drain(fd):
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.set_blocking(fd, True)
 
 
 def main():

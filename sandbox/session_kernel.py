@@ -1,7 +1,7 @@
 """The session's Python kernel: a persistent interpreter the agent feeds cells to.
 
 Runs INSIDE the sandbox (``python3 -q -c <this source>``), standard library only, as a child of
-the session agent. fd 3 carries requests ({"code"} per line), fd 4 gets one {"ok"} line per cell
+the session agent. fd 3 carries requests ({"code"} per line), fd 4 gets one {"ok", "cell"} line per cell
 after stdout/stderr (fds 1, 2) are flushed. Globals persist across cells; a trailing expression's
 repr is printed, as in a REPL. The code is the model's: it may do anything to this process,
 which can only hurt its own results (the agent enforces limits and restarts a dead kernel).
@@ -36,8 +36,9 @@ def main():
         if not line:
             return
         ok = True
+        request = json.loads(line)
         try:
-            run_cell(json.loads(line)["code"], scope)
+            run_cell(request["code"], scope)
         except SystemExit as exc:
             ok = exc.code in (None, 0)
             if not ok:
@@ -53,7 +54,7 @@ def main():
                 stream.flush()
             except Exception:  # noqa: BLE001 - the cell may have closed or replaced it
                 pass
-        os.write(done, (json.dumps({"ok": ok}) + "\n").encode())
+        os.write(done, (json.dumps({"ok": ok, "cell": request["cell"]}) + "\n").encode())
 
 
 if __name__ == "__main__":

@@ -182,6 +182,10 @@ async def test_orphans_of_a_dead_owner_are_reaped_at_start(session_backend: str)
         )
         marker_dir().mkdir(mode=0o700, exist_ok=True)
         (marker_dir() / f"{dead.pid}.{uid}").touch()
+        for _ in range(100):  # setpriv switches uid a moment after sh returns
+            if processes_of_uids({uid}):
+                break
+            time.sleep(0.05)
         assert processes_of_uids({uid})
     after = await started_pool(session_backend, max_sessions=1)
     await after.aclose()

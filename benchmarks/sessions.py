@@ -1,0 +1,213 @@
+"""Sandbox sessions: start cost, call latency, and 64 sessions at once. One table.
+
+    python benchmarks/sessions.py [--backends docker,bubblewrap] [--calls 50] [--starts 5]
+                                  [--concurrent 64]
+
+Rows, per session backend:
+  start cold     `pool.session()` entered with no warm sandbox (container/namespace + agent up)
+  start warm     the same with a warm sandbox ready (`warm=2`): one JSON round trip
+  close          leaving the `async with` (the agent killed, the container removed)
+  exec `true`    a trivial `ws.exec("true")` in a live session (bash with the shell state)
+  python `1`     a trivial `ws.python("1")` in the live kernel
+and the baselines: `docker exec` into a running container (`true`, `python3 -c pass`) and a bare
+local subprocess (`/bin/true`, `python3 -c pass`), no isolation at all.
+Then `--concurrent` sessions started at once (pool cap = that many): wall time until all answered
+an exec, host memory in use meanwhile (MemTotal - MemAvailable, minus the idle baseline), and
+what is left after they close: processes of the sessions' uids, our session containers, marker
+files. Latencies are p50 / p90 over `--calls` (or `--starts`) samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from sandbox import SandboxError, SessionPool, image
+from sandbox.backends.session_base import uid_processes
+from sandbox.backends.session_bwrap import marker_dir
+
+Row = tuple[str, str, str]  # (what, p50, p90 / note)
+
+
+def ms(values: list[float]) -> tuple[str, str]:
+    values = sorted(values)
+    p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
+    return f"{1000 * statistics.median(values):.1f} ms", f"{1000 * p90:.1f} ms"
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def mem_used_mb() -> float:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    kb = int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])
+    return kb / 1024
+
+
+async def session_rows(backend: str, calls: int, starts: int) -> list[Row]:
+    rows: list[Row] = []
+    cold = SessionPool(backend, max_sessions=4, warm=0)
+    await cold.start()
+    try:
+        enter, leave = [], []
+        for _ in range(starts):
+            t = time.perf_counter()
+            async with cold.session() as ws:
+                enter.append(time.perf_counter() - t)
+                await ws.exec("true")
+                t = time.perf_counter()
+            leave.append(time.perf_counter() - t)
+        rows.append((f"{backend}: start cold", *ms(enter)))
+        rows.append((f"{backend}: close", *ms(leave)))
+        async with cold.session() as ws:
+            await ws.exec("true")
+            await ws.python("1")  # the kernel starts on first use
+            rows.append(
+                (f"{backend}: exec `true`", *ms(await timed(lambda: ws.exec("true"), calls)))
+            )
+            rows.append((f"{backend}: python `1`", *ms(await timed(lambda: ws.python("1"), calls))))
+    finally:
+        await cold.aclose()
+    warm = SessionPool(backend, max_sessions=4, warm=2)
+    await warm.start()
+    try:
+        enter = []
+        for _ in range(starts):
+            while len(warm._idle) < warm.warm:  # let the pool refill between samples
+                await asyncio.sleep(0.05)
+            t = time.perf_counter()
+            async with warm.session() as ws:
+                enter.append(time.perf_counter() - t)
+        rows.append((f"{backend}: start warm", *ms(enter)))
+    finally:
+        await warm.aclose()
+    return rows
+
+
+async def run(argv: list[str]) -> int:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    return await proc.wait()
+
+
+async def baseline_rows(calls: int) -> list[Row]:
+    rows: list[Row] = []
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    rows.append(
+        ("local subprocess: /bin/true", *ms(await timed(lambda: run(["/bin/true"]), calls)))
+    )
+    rows.append(
+        (
+            "local subprocess: python3 -c pass",
+            *ms(await timed(lambda: run([py, "-c", "pass"]), calls)),
+        )
+    )
+    docker = shutil.which("docker")
+    if not docker:
+        return rows + [("docker exec", "n/a", "no docker CLI")]
+    name = f"gspo-bench-exec-{os.getpid()}"
+    started = subprocess.run(
+        [docker, "run", "-d", "--rm", "--name", name, "--network", "none", image.image_tag(),
+         "sleep", "600"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if started.returncode != 0:
+        return rows + [("docker exec", "n/a", started.stderr.strip()[:80])]
+    try:
+        exec_true = [docker, "exec", name, "true"]
+        exec_py = [docker, "exec", name, "python3", "-c", "pass"]
+        rows.append(("docker exec: true", *ms(await timed(lambda: run(exec_true), calls))))
+        rows.append(("docker exec: python3 -c pass", *ms(await timed(lambda: run(exec_py), calls))))
+    finally:
+        subprocess.run([docker, "rm", "-f", name], capture_output=True, timeout=60)
+    return rows
+
+
+async def concurrent_rows(backend: str, n: int) -> list[Row]:
+    base_mem = mem_used_mb()
+    pool = SessionPool(backend, max_sessions=n, warm=0)
+    await pool.start()
+    peak_mem = 0.0
+    ready = asyncio.Event()
+    up: list[int] = []
+
+    async def one(i: int) -> bool:
+        async with pool.session() as ws:
+            ok = (await ws.exec(f"echo {i}")).stdout == f"{i}\n"
+            up.append(1)
+            if len(up) == n:
+                ready.set()
+            await ready.wait()
+            return ok
+
+    t = time.perf_counter()
+    task = asyncio.gather(*(one(i) for i in range(n)))
+    await ready.wait()
+    all_up = time.perf_counter() - t
+    peak_mem = mem_used_mb() - base_mem
+    oks = await task
+    closed = time.perf_counter() - t - all_up
+    await pool.aclose()
+    await asyncio.sleep(1.0)
+    procs = sum(len(uid_processes(u)) for u in pool._uids)
+    containers = 0
+    if backend == "docker":
+        owner = pool._backend.owner  # type: ignore[union-attr]
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=gspo-sandbox.owner={owner}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        containers = len(out.stdout.split())
+    markers = len(list(marker_dir().glob(f"{os.getpid()}.*"))) if marker_dir().exists() else 0
+    return [
+        (f"{backend}: {n} sessions up (start+exec)", f"{all_up:.1f} s", f"{sum(oks)}/{n} answered"),
+        (f"{backend}: {n} sessions, host memory", f"{peak_mem:.0f} MiB", f"{peak_mem / n:.1f} MiB each"),
+        (f"{backend}: {n} sessions closed", f"{closed:.1f} s", "all of them together"),
+        (f"{backend}: left after close", f"{procs} procs", f"{containers} containers, {markers} markers"),
+    ]  # fmt: skip
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", default="docker,bubblewrap")
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--concurrent", type=int, default=64)
+    args = parser.parse_args()
+    rows: list[Row] = []
+    for backend in args.backends.split(","):
+        try:
+            rows += await session_rows(backend, args.calls, args.starts)
+        except SandboxError as exc:
+            rows.append((backend, "n/a", str(exc)[:100]))
+    rows += await baseline_rows(min(args.calls, 30))
+    if args.concurrent:
+        for backend in args.backends.split(","):
+            try:
+                rows += await concurrent_rows(backend, args.concurrent)
+            except SandboxError as exc:
+                rows.append((f"{backend}: concurrent", "n/a", str(exc)[:100]))
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print("| what | p50 | p90 / note |\n|---|---|---|")
+    for what, a, b in rows:
+        print(f"| {what} | {a} | {b} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
