@@ -12,7 +12,9 @@ Rows, per session backend:
 and the baselines: `docker exec` into a running container (`true`, `python3 -c pass`) and a bare
 local subprocess (`/bin/true`, `python3 -c pass`), no isolation at all.
 Then `--concurrent` sessions started at once (pool cap = that many): wall time until all answered
-an exec, host memory in use meanwhile (MemTotal - MemAvailable, minus the idle baseline), and
+an exec, memory: the PSS of every host process they need (agents and their children, our
+attached `docker run -i` clients, containerd shims) and the machine-wide MemAvailable drop
+(noisy on a shared machine; it includes the kernel's per-container overhead), and
 what is left after they close: processes of the sessions' uids, our session containers, marker
 files. Latencies are p50 / p90 over `--calls` (or `--starts`) samples.
 """
@@ -51,6 +53,42 @@ async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> list[float]:
         await fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def pss_mb(pids: set[int]) -> float:
+    """Proportional set size of these processes (shared pages split among their users)."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except (OSError, ValueError):
+            continue
+    return total / 1024
+
+
+def session_pids(pool: SessionPool) -> set[int]:
+    """The sessions' processes (their uids), our attached clients and (docker) their shims."""
+    pids = {p for u in pool._uids for p in uid_processes(u)}
+    pids |= {h.proc.pid for h in pool._live.values()}
+    if pool.backend_name == "docker":
+        owner = pool._backend.owner  # type: ignore[union-attr]
+        ids = subprocess.run(
+            ["docker", "ps", "-q", "--no-trunc", "--filter", f"label=gspo-sandbox.owner={owner}"],
+            capture_output=True, text=True, timeout=60,
+        ).stdout.split()  # fmt: skip
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "containerd-shim" in cmd and any(i in cmd for i in ids):
+                pids.add(int(entry.name))
+    return pids
 
 
 def mem_used_mb() -> float:
@@ -161,6 +199,8 @@ async def concurrent_rows(backend: str, n: int) -> list[Row]:
     await ready.wait()
     all_up = time.perf_counter() - t
     peak_mem = mem_used_mb() - base_mem
+    pids = session_pids(pool)
+    pss = pss_mb(pids)
     oks = await task
     closed = time.perf_counter() - t - all_up
     await pool.aclose()
@@ -177,7 +217,8 @@ async def concurrent_rows(backend: str, n: int) -> list[Row]:
     markers = len(list(marker_dir().glob(f"{os.getpid()}.*"))) if marker_dir().exists() else 0
     return [
         (f"{backend}: {n} sessions up (start+exec)", f"{all_up:.1f} s", f"{sum(oks)}/{n} answered"),
-        (f"{backend}: {n} sessions, host memory", f"{peak_mem:.0f} MiB", f"{peak_mem / n:.1f} MiB each"),
+        (f"{backend}: {n} sessions, PSS", f"{pss:.0f} MiB", f"{pss / n:.1f} MiB each, {len(pids)} host processes"),
+        (f"{backend}: {n} sessions, machine-wide", f"{peak_mem:.0f} MiB", "MemAvailable drop (noisy: shared machine)"),
         (f"{backend}: {n} sessions closed", f"{closed:.1f} s", "all of them together"),
         (f"{backend}: left after close", f"{procs} procs", f"{containers} containers, {markers} markers"),
     ]  # fmt: skip

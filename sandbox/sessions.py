@@ -342,7 +342,8 @@ class SessionPool:
         try:
             handle = await self._new(self.limits)
         except (SandboxError, OSError) as exc:
-            log.warning("session pool: a warm sandbox failed to start: %s", exc)
+            if not self._closed:
+                log.warning("session pool: a warm sandbox failed to start: %s", exc)
             return
         finally:
             self._filling -= 1

@@ -69,17 +69,16 @@ class SessionBackend(ABC):
             raise BackendFailure(f"{self.name}: cannot start a session sandbox: {exc}") from exc
         handle = Handle(name, uid, proc, limits.start_shape(), host)
         self.registered(handle)
-        ok = False
+        config = {
+            "workspace": WORKSPACE,
+            "kernel_source": KERNEL_SOURCE,
+            "limits": {
+                "memory_mb": limits.memory_mb,
+                "processes": limits.processes,
+                "file_bytes": limits.disk_mb << 20,
+            },
+        }
         try:
-            config = {
-                "workspace": WORKSPACE,
-                "kernel_source": KERNEL_SOURCE,
-                "limits": {
-                    "memory_mb": limits.memory_mb,
-                    "processes": limits.processes,
-                    "file_bytes": limits.disk_mb << 20,
-                },
-            }
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(json.dumps(config).encode() + b"\n")
             await proc.stdin.drain()
@@ -87,10 +86,12 @@ class SessionBackend(ABC):
             ok = bool(line) and json.loads(line).get("ready") is True
         except (asyncio.TimeoutError, OSError, ValueError):
             ok = False
-        finally:
-            if not ok:
-                tail = await asyncio.shield(self.destroy(handle))
-                raise BackendFailure(f"{self.name}: the session sandbox did not start: {tail}")
+        except BaseException:  # cancelled (pool closing): tear it down, let it through
+            await asyncio.shield(self.destroy(handle))
+            raise
+        if not ok:
+            tail = await asyncio.shield(self.destroy(handle))
+            raise BackendFailure(f"{self.name}: the session sandbox did not start: {tail}")
         return handle
 
     def env(self) -> dict[str, str] | None:

@@ -91,6 +91,9 @@ class BubblewrapSessionBackend(SessionBackend):
                 break
         else:
             raise RuntimeError("bubblewrap session: the runner's bwrap prefix has no rootfs bind")
+        if "--chdir" in prefix:  # bwrap warns about a second --chdir: replace the runner's
+            at = prefix.index("--chdir")
+            del prefix[at : at + 2]
         extra = [
             "--size",
             str(limits.disk_mb << 20),
