@@ -254,6 +254,8 @@ def run(cfg: DictConfig) -> dict:
             await engine.close()
             if sandbox is not None:
                 await sandbox.aclose()
+            if "sandbox.sessions" in sys.modules:  # tool envs' session pools of this loop
+                await sys.modules["sandbox.sessions"].close_sessions()
 
     wandb_dir = tracker.wandb_dir
     try:
