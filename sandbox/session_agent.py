@@ -22,12 +22,14 @@ agent is the subreaper and reaps every orphan, so children nobody waited for are
 
 import base64
 import ctypes
+import errno
 import io
 import json
 import os
 import resource
 import selectors
 import signal
+import stat
 import sys
 import tarfile
 import time
@@ -357,24 +359,35 @@ class Agent:
         if parent:
             os.makedirs(parent, exist_ok=True)
         data = base64.b64decode(req["data"])
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, int(req.get("mode", 0o644)))
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.chmod(path, int(req.get("mode", 0o644)))
+        write_new(path, data, int(req.get("mode", 0o644)))
         return {"bytes": len(data)}
 
     def op_read(self, req):
         path = self.resolve(req["path"])
         limit = int(req["max_bytes"])
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-        if len(data) > limit:
+        # O_NONBLOCK: a FIFO planted at the path must not hang the agent
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", req["path"])
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{req['path']} is not a regular file")
+            if st.st_size > limit:
+                raise ValueError(f"{req['path']} is larger than {limit} bytes")
+            os.set_blocking(fd, True)
+            chunks, size = [], 0
+            while size <= limit:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        finally:
+            os.close(fd)
+        if size > limit:
             raise ValueError(f"{req['path']} is larger than {limit} bytes")
-        return {"data": base64.b64encode(data).decode()}
+        return {"data": base64.b64encode(b"".join(chunks)).decode()}
 
     def op_untar(self, req):
         dest = os.path.normpath(self.resolve(req["dest"]))
@@ -391,9 +404,8 @@ class Agent:
                 elif member.isfile():
                     os.makedirs(os.path.dirname(target), exist_ok=True)
                     src = tar.extractfile(member)
-                    with open(target, "wb") as fh:
-                        fh.write(src.read() if src is not None else b"")
-                    os.chmod(target, member.mode & 0o755 | 0o600)
+                    data = src.read() if src is not None else b""
+                    write_new(target, data, member.mode & 0o755 | 0o600)
                     count += 1
         return {"files": count}
 
@@ -418,10 +430,32 @@ class Agent:
             return method(req)
         except (OSError, ValueError, tarfile.TarError, KeyError) as exc:
             return {
-                "error": str(exc),
+                "error": (exc.strerror if isinstance(exc, OSError) else None) or str(exc),
                 "kind": type(exc).__name__,
                 "errno": getattr(exc, "errno", None),
             }
+
+
+def write_new(path, data, mode):
+    """Create or replace a regular file. Whatever the session left at the path (a symlink, a
+    FIFO, a socket) is removed first, never followed or opened."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        os.unlink(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(path, flags, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def drain(fd):

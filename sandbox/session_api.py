@@ -72,6 +72,11 @@ class SessionLimits:
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"SessionLimits.{name}={value!r} must be positive")
+        if self.max_file_bytes > 32 << 20:
+            raise ValueError(
+                f"SessionLimits.max_file_bytes={self.max_file_bytes} is over 32 MiB; move "
+                "bigger data with upload() of a directory"
+            )
         if self.call_cpu_s is not None and not self.call_cpu_s > 0:
             raise ValueError(f"SessionLimits.call_cpu_s={self.call_cpu_s!r} must be > 0 or None")
 

@@ -8,6 +8,7 @@ session container of ours survives `pool.aclose()`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,23 @@ async def test_files_in_and_out(pool: SessionPool, tmp_path: Path) -> None:  # n
             await ws.read_file("repo/pkg/deep/blob.bin", max_bytes=10)
         with pytest.raises(OSError):
             await ws.write_file("/etc/evil", "x")  # the root is read-only
+        # what the code in the session planted at a path never hangs or redirects the host
+        await ws.exec("cd /workspace && mkfifo fifo && ln -s /workspace/repo/README link")
+        with pytest.raises(ValueError, match="not a regular file"):
+            await asyncio.wait_for(ws.read_file("fifo"), 20)
+        await asyncio.wait_for(ws.write_file("fifo", "now a file"), 20)
+        await ws.write_file("link", "replaced")
+        r = await ws.exec("cat fifo; echo; test -L link || cat link; echo; cat repo/README")
+        assert str(await _error(ws.read_file("nope.txt"))).count("Errno") == 1
+        assert r.stdout == "now a file\nreplaced\nhi\n", r
+
+
+async def _error(call: Awaitable[object]) -> BaseException:
+    try:
+        await call
+    except Exception as exc:  # noqa: BLE001 - returned for inspection
+        return exc
+    raise AssertionError("expected an error")
 
 
 async def test_live_sessions_are_capped_with_backpressure(session_backend: str) -> None:  # noqa: F811
