@@ -286,8 +286,11 @@ class Agent:
         }
 
     def op_exec(self, req):
-        env = dict(self.env, GSPO_COMMAND=req["command"])
-        argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
+        if req.get("fresh"):  # a clean shell: the saved state is neither restored nor saved
+            env, argv = dict(self.env), ["/bin/bash", "--noprofile", "--norc", "-c", req["command"]]
+        else:
+            env = dict(self.env, GSPO_COMMAND=req["command"])
+            argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
         pid, out_r, err_r = self.spawn(argv, env)
         try:
             got = self.collect(pid, out_r, err_r, req)

@@ -138,9 +138,17 @@ class Workspace(Protocol):
     limits: SessionLimits
 
     async def exec(
-        self, command: str, *, timeout_s: float | None = None, cpu_s: float | None = None
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cpu_s: float | None = None,
+        fresh: bool = False,
     ) -> ExecResult:
-        """Run `command` with bash in the session's shell state (cwd and exports persist)."""
+        """Run `command` with bash in the session's shell state (cwd and exports persist).
+        fresh=True: a clean shell in /workspace with the base environment, the saved state
+        neither restored nor updated; graders use it, so that nothing the model exported
+        (LD_PRELOAD, PATH, ...) reaches the commands they run."""
         ...
 
     async def python(

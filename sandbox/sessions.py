@@ -132,9 +132,14 @@ class SandboxSession:
 
     # ---- exec / python ----------------------------------------------------------------
     async def exec(
-        self, command: str, *, timeout_s: float | None = None, cpu_s: float | None = None
+        self,
+        command: str,
+        *,
+        timeout_s: float | None = None,
+        cpu_s: float | None = None,
+        fresh: bool = False,
     ) -> ExecResult:
-        return await self._run("exec", {"command": command}, timeout_s, cpu_s)
+        return await self._run("exec", {"command": command, "fresh": fresh}, timeout_s, cpu_s)
 
     async def python(
         self, code: str, *, timeout_s: float | None = None, cpu_s: float | None = None

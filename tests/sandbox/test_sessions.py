@@ -35,6 +35,12 @@ async def test_state_persists_within_a_session(pool: SessionPool) -> None:  # no
         r = await ws.python("raise KeyError('boom')")
         assert r.exit_code == 1 and "KeyError: 'boom'" in r.stderr and "<cell>" in r.stderr
         assert (await ws.python("counter")).stdout == "41\n"  # an error loses nothing
+        # a fresh shell (for graders) sees none of it, and leaves the saved state alone
+        await ws.exec("export LD_PRELOAD=/workspace/evil.so PATH=/workspace/bin:$PATH")
+        r = await ws.exec('echo "[$GREETING][$LD_PRELOAD][$PATH]"; pwd', fresh=True)
+        assert r.stdout == "[][][/usr/local/bin:/usr/bin:/bin]\n/workspace\n", r
+        r = await ws.exec('echo "$GREETING $LD_PRELOAD"; pwd')
+        assert r.stdout == "hello /workspace/evil.so\n/workspace/sub/dir\n", r
 
 
 async def test_state_never_leaks_across_sessions(session_backend: str) -> None:  # noqa: F811
