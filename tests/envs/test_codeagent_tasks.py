@@ -1,0 +1,72 @@
+"""CodeAgent-v0's task data: enough distinct tasks, each a real bug whose fix passes the hidden
+cases the buggy code fails; nothing of the hidden cases reaches the repository or the issue."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from envs.codeagent.env import CodeAgentEnv, _matches, reference_calls
+from envs.codeagent.tasks import SPECS, build_tasks, fixed_source
+from envs.tools import parse_hermes
+
+TASKS = build_tasks()
+
+
+def test_there_are_at_least_30_distinct_tasks_in_both_splits():
+    assert len(SPECS) >= 30 and len({s[0] for s in SPECS}) == len(SPECS)
+    assert len({t["id"] for t in TASKS}) == len(TASKS)
+    assert {t["split"] for t in TASKS} == {"train", "test"}
+    env = CodeAgentEnv(tiers=["easy"])
+    assert env.load_tasks("train") and all(t["tier"] == "easy" for t in env.load_tasks("test"))
+    with pytest.raises(ValueError, match="tiers"):
+        CodeAgentEnv(tiers=["medium"])
+
+
+def _evaluate(tmp_path, task, source: str) -> tuple[list[bool], int]:
+    """Run the task's visible test script and its hidden calls against `source` (a subprocess)."""
+    repo = tmp_path / task["id"]
+    for path, text in task["files"].items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    (repo / task["reference"]["path"]).write_text(source)
+    visible = subprocess.run(
+        [sys.executable, *task["test_command"].split()[1:]], cwd=repo, capture_output=True
+    ).returncode
+    calls = [c["call"] for c in task["hidden"]]
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(repo)!r}); import {task['module']} as m\n"
+        "out = []\n"
+        f"for c in {calls!r}:\n"
+        "    try:\n        v = eval(c, vars(m)); out.append({'value': v, 'type': type(v).__name__})\n"
+        "    except Exception as e:\n        out.append({'error': repr(e)})\n"
+        "print(json.dumps(out))"
+    )
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+    return [_matches(r, c["expect"]) for r, c in zip(got, task["hidden"], strict=True)], visible
+
+
+@pytest.mark.parametrize("task", [t for t in TASKS if t["tier"] == "easy"], ids=lambda t: t["spec"])
+def test_the_bug_fails_every_hidden_case_and_the_fix_passes_them(tmp_path, task):
+    buggy = task["files"][task["reference"]["path"]]
+    passed, visible_exit = _evaluate(tmp_path, task, buggy)
+    assert not any(passed) and visible_exit == 1
+    passed, visible_exit = _evaluate(tmp_path, task, fixed_source(task))
+    assert all(passed) and visible_exit == 0
+
+
+def test_hidden_cases_appear_nowhere_the_agent_can_see():
+    for task in TASKS:
+        seen = task["issue"] + "".join(task["files"].values())
+        for case in task["hidden"]:
+            assert case["call"] not in seen, (task["id"], case["call"])
+
+
+def test_reference_calls_parse_into_the_fix_and_submit():
+    task = TASKS[0]
+    calls = parse_hermes(reference_calls(task)).calls
+    assert [c.name for c in calls] == ["str_replace", "submit"]
+    assert calls[0].arguments == task["reference"]
