@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import tarfile
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -431,7 +432,10 @@ class SessionPool:
             self._backend.destroy_all_sync()
 
 
-_default_pools: dict[tuple[Any, ...], SessionPool] = {}
+# The shared pools of `session()`, per event loop (a pool's semaphore and tasks belong to one).
+_default_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, SessionPool]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @contextlib.asynccontextmanager
@@ -439,17 +443,17 @@ async def session(
     limits: SessionLimits | None = None, *, backend: str = "auto", **pool_options: Any
 ) -> AsyncIterator[SandboxSession]:
     """`async with sandbox.session(SessionLimits(...), backend="docker") as ws:` on a shared
-    pool per (event loop, backend, options); close them all with `await close_sessions()`."""
-    key = (id(asyncio.get_running_loop()), backend, tuple(sorted(pool_options.items())))
-    pool = _default_pools.get(key)
-    if pool is None:
-        pool = _default_pools[key] = SessionPool(backend, **pool_options)
+    pool per (event loop, backend, options); close them with `await close_sessions()`."""
+    pools = _default_pools.setdefault(asyncio.get_running_loop(), {})
+    key = repr((backend, sorted(pool_options.items())))
+    pool = pools.get(key)
+    if pool is None or pool._closed:
+        pool = pools[key] = SessionPool(backend, **pool_options)
     async with pool.session(limits) as ws:
         yield ws
 
 
 async def close_sessions() -> None:
-    """Close the shared pools that `session()` made (trainer shutdown)."""
-    pools = list(_default_pools.values())
-    _default_pools.clear()
+    """Close the shared pools that `session()` made on this event loop (trainer shutdown)."""
+    pools = list(_default_pools.pop(asyncio.get_running_loop(), {}).values())
     await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)

@@ -15,8 +15,10 @@ agent was busy is removed at the next start by DockerBackend.reap_stale (dead ow
 from __future__ import annotations
 
 import copy
+import inspect
 import subprocess
 from collections.abc import Sequence
+from typing import Any
 
 from sandbox.backends.docker import DockerBackend, _run
 from sandbox.backends.session_base import (
@@ -59,7 +61,11 @@ class DockerSessionBackend(SessionBackend):
         shaped.memory_mb = limits.memory_mb + limits.disk_mb + limits.tmp_mb
         shaped.pids_limit = limits.processes + PIDS_MARGIN
         shaped.tmpfs_mb = limits.tmp_mb
-        argv = shaped._run_argv(name, uid)
+        run_argv: Any = shaped._run_argv
+        # Further parameters of the runner's argv (e.g. a cgroup control dir the runner, not
+        # the agent, speaks to) are left off: None.
+        unused = [None] * (len(inspect.signature(run_argv).parameters) - 2)
+        argv = run_argv(name, uid, *unused)
         at = len(argv) - 1 - argv[::-1].index(shaped.image)  # the image; the command follows
         extra = [
             "--label",

@@ -12,8 +12,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
-from session_util import pool, session_backend  # noqa: F401 - fixtures
+from session_util import leftovers, pool, session_backend, started_pool  # noqa: F401
 
+import sandbox
 from sandbox import SandboxError, SessionBudgetExceeded, SessionLimits, SessionPool
 
 
@@ -44,8 +45,6 @@ async def test_state_persists_within_a_session(pool: SessionPool) -> None:  # no
 
 
 async def test_state_never_leaks_across_sessions(session_backend: str) -> None:  # noqa: F811
-    from session_util import leftovers, started_pool
-
     # warm=1: the second session may come from the warm pool; it must be just as clean
     p = await started_pool(session_backend, max_sessions=2, warm=1)
     try:
@@ -212,8 +211,6 @@ async def _error(call: Awaitable[object]) -> BaseException:
 
 
 async def test_live_sessions_are_capped_with_backpressure(session_backend: str) -> None:  # noqa: F811
-    from session_util import leftovers, started_pool
-
     p = await started_pool(session_backend, max_sessions=2)
     peak = 0
 
@@ -230,6 +227,31 @@ async def test_live_sessions_are_capped_with_backpressure(session_backend: str) 
             with pytest.raises(SandboxError, match="max_sessions=2"):
                 async with p.session(acquire_timeout_s=0.5):
                     pass
+    finally:
+        await p.aclose()
+    assert leftovers(p) == []
+
+
+async def test_shared_pool_of_sandbox_session(session_backend: str) -> None:  # noqa: F811
+    probe = await started_pool(session_backend, max_sessions=1)  # fail/skip like the others
+    await probe.aclose()
+    async with sandbox.session(SessionLimits(disk_mb=16), backend=session_backend) as ws:
+        r = await ws.exec("df -k /workspace | tail -1")
+        assert r.stdout.split()[1] == str(16 * 1024), r  # the limits reached the sandbox
+    pools = list(sandbox.sessions._default_pools[asyncio.get_running_loop()].values())
+    assert len(pools) == 1
+    await sandbox.close_sessions()
+    assert leftovers(pools[0]) == []
+
+
+async def test_docker_sessions_take_a_list_of_hosts() -> None:
+    sock = "unix:///var/run/docker.sock"  # the same engine twice: the -H path, round-robin
+    p = await started_pool("docker", max_sessions=2, hosts=[sock, sock])
+    try:
+        async with p.session() as a, p.session() as b:
+            assert a._handle.host == sock and b._handle.host == sock
+            assert (await a.exec("echo a")).stdout == "a\n"
+            assert (await b.exec("echo b")).stdout == "b\n"
     finally:
         await p.aclose()
     assert leftovers(p) == []
