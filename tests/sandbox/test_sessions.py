@@ -213,12 +213,16 @@ async def _error(call: Awaitable[object]) -> BaseException:
 async def test_live_sessions_are_capped_with_backpressure(session_backend: str) -> None:  # noqa: F811
     p = await started_pool(session_backend, max_sessions=2)
     peak = 0
+    two_in = asyncio.Event()  # the first two hold their slots until both are in
 
     async def one(i: int) -> str:
         nonlocal peak
         async with p.session() as ws:
             peak = max(peak, p.live)
-            return (await ws.exec(f"sleep 0.2; echo {i}")).stdout
+            if p.live == 2:
+                two_in.set()
+            await asyncio.wait_for(two_in.wait(), 120)
+            return (await ws.exec(f"echo {i}")).stdout
 
     try:
         outs = await asyncio.gather(*(one(i) for i in range(5)))
