@@ -47,6 +47,7 @@ class MathToolV1Env(ToolEnv):
         session_cpu_s: float = 60.0,
         max_tool_calls_per_turn: int | None = None,
         max_tool_output_chars: int | None = None,
+        tools: list[str] | None = None,
         sandbox: Any | None = None,  # the trainer's shared judging sandbox: not used here
         **math_kwargs: Any,
     ) -> None:
@@ -54,9 +55,13 @@ class MathToolV1Env(ToolEnv):
             max_turns,
             max_tool_calls_per_turn=max_tool_calls_per_turn,
             max_tool_output_chars=max_tool_output_chars,
+            tools=tools,
         )
         self.math = MathEnv(
-            train_path=train_path, test_path=test_path, prompt_template=prompt_template, **math_kwargs
+            train_path=train_path,
+            test_path=test_path,
+            prompt_template=prompt_template,
+            **math_kwargs,
         )
         self.session = EpisodeSession(backend, **(session_options or {}))
         self.code_time_s = code_time_s
@@ -114,7 +119,9 @@ class MathToolV1Env(ToolEnv):
                 task["answer"], parsed, timeout_s=self.math.verify_timeout_s
             )
             if not verification.gold_ok:
-                raise TaskError(f"task {task.get('id')!r}: gold answer {task['answer']!r} unreadable")
+                raise TaskError(
+                    f"task {task.get('id')!r}: gold answer {task['answer']!r} unreadable"
+                )
         correct = verification is not None and verification.correct
         self._outcome.update(parsed_answer=parsed, correct=correct, gold=task["answer"])
         return 1.0 if correct else 0.0

@@ -30,7 +30,10 @@ class Notes(ToolEnv):
         self.closed = False
 
     def initial_messages(self, task):
-        return [{"role": "system", "content": "Take notes."}, {"role": "user", "content": task["q"]}]
+        return [
+            {"role": "system", "content": "Take notes."},
+            {"role": "user", "content": task["q"]},
+        ]
 
     @tool
     def write(self, key: str, value: str) -> str:
@@ -168,13 +171,22 @@ def test_prompt_with_tools_renders_qwen3_tool_preamble(tokenizer):
 
 def test_template_renders_structured_tool_calls_like_the_models_own_text(tokenizer):
     calls = [
-        {"type": "function", "function": {"name": "write", "arguments": {"key": "a", "value": "b"}}},
+        {
+            "type": "function",
+            "function": {"name": "write", "arguments": {"key": "a", "value": "b"}},
+        },
         {"type": "function", "function": {"name": "read", "arguments": {"key": "a"}}},
     ]
-    structured = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": calls}]
+    structured = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+    ]
     text = [
         {"role": "user", "content": "x"},
-        {"role": "assistant", "content": call("write", key="a", value="b") + "\n" + call("read", key="a")},
+        {
+            "role": "assistant",
+            "content": call("write", key="a", value="b") + "\n" + call("read", key="a"),
+        },
     ]
     render = lambda m: tokenizer.apply_chat_template(m, tokenize=False)  # noqa: E731
     assert render(structured) == render(text)

@@ -38,10 +38,7 @@ from envs.tools.session import EpisodeSession
 
 REPO = "/workspace/repo"
 _RUNNER = Path(__file__).with_name("hidden_runner.py")
-SYSTEM_PROMPT = (
-    "You fix bugs in a Python repository at /workspace/repo. Use the tools; "
-    "call submit when done."
-)
+SYSTEM_PROMPT = "Fix the Python repository in /workspace/repo, then call submit."
 
 
 class CodeAgentEnv(ToolEnv):
@@ -61,12 +58,14 @@ class CodeAgentEnv(ToolEnv):
         session_cpu_s: float = 60.0,
         max_tool_calls_per_turn: int | None = None,
         max_tool_output_chars: int | None = None,
+        tools: list[str] | None = None,
         sandbox: Any | None = None,  # the trainer's shared judging sandbox: not used here
     ) -> None:
         super().__init__(
             max_turns,
             max_tool_calls_per_turn=max_tool_calls_per_turn,
             max_tool_output_chars=max_tool_output_chars,
+            tools=tools,
         )
         bad = [t for t in tiers or [] if t not in TIERS]
         if bad:
@@ -127,7 +126,9 @@ class CodeAgentEnv(ToolEnv):
         except SessionBudgetExceeded as exc:
             self.end_episode()
             self._last["budget_exhausted"] = True
-            raise ToolError(f"the session's compute budget is spent ({exc}); the episode ends") from exc
+            raise ToolError(
+                f"the session's compute budget is spent ({exc}); the episode ends"
+            ) from exc
         except SandboxError as exc:
             raise InfraError(f"sandbox session failed: {exc}") from exc
         return result.render() or "(no output)"
@@ -141,38 +142,38 @@ class CodeAgentEnv(ToolEnv):
         """Run a shell command in the repository.
 
         Args:
-            command: the command line.
+            command: the command.
         """
         return await self._exec(command)
 
     @tool
     async def read_file(self, path: str) -> str:
-        """Read a file of the repository.
+        """Read a file.
 
         Args:
-            path: the path, relative to the repository root.
+            path: file path.
         """
         return (await self._read(path)) or "(empty file)"
 
     @tool
     async def write_file(self, path: str, content: str) -> str:
-        """Create or replace a file of the repository.
+        """Create or overwrite a file.
 
         Args:
-            path: the path, relative to the repository root.
-            content: the new text of the file.
+            path: file path.
+            content: the new text.
         """
         await self._write(path, content)
         return f"wrote {len(content)} characters to {path}"
 
     @tool
     async def str_replace(self, path: str, old: str, new: str) -> str:
-        """Replace one snippet of a file; the snippet must occur exactly once.
+        """Replace text that occurs exactly once in a file.
 
         Args:
-            path: the path, relative to the repository root.
-            old: the exact text to replace.
-            new: the text to put in its place.
+            path: file path.
+            old: exact text to replace.
+            new: replacement text.
         """
         text = await self._read(path)
         count = text.count(old) if old else 0
@@ -184,12 +185,12 @@ class CodeAgentEnv(ToolEnv):
 
     @tool
     async def run_tests(self) -> str:
-        """Run the repository's visible tests."""
+        """Run the tests."""
         return await self._exec(f"cd {REPO} && {self._require_task()['test_command']}")
 
     @tool
     async def submit(self) -> str:
-        """Submit the repository as it is now; the episode ends."""
+        """Submit the fix (ends the episode)."""
         self._submitted = True
         self.end_episode()
         return "submitted"
@@ -219,7 +220,9 @@ class CodeAgentEnv(ToolEnv):
     async def final_reward(self, text: str | None) -> float:
         results = await self._run_hidden()
         task = self._require_task()
-        passed = [_matches(r, case["expect"]) for r, case in zip(results, task["hidden"], strict=True)]
+        passed = [
+            _matches(r, case["expect"]) for r, case in zip(results, task["hidden"], strict=True)
+        ]
         fraction = sum(passed) / len(passed)
         self._last.update(hidden_pass_frac=fraction, hidden_passed=passed)
         return fraction
@@ -278,7 +281,10 @@ class CodeAgentEnv(ToolEnv):
 
 def reference_calls(task: dict[str, Any]) -> str:
     ref = task["reference"]
-    fix = {"name": "str_replace", "arguments": {"path": ref["path"], "old": ref["old"], "new": ref["new"]}}
+    fix = {
+        "name": "str_replace",
+        "arguments": {"path": ref["path"], "old": ref["old"], "new": ref["new"]},
+    }
     return "\n".join(
         f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
         for call in (fix, {"name": "submit", "arguments": {}})
@@ -294,5 +300,7 @@ def _matches(result: dict[str, Any], expect: Any) -> bool:
         return False
     value = result["value"]
     if isinstance(expect, float):
-        return isinstance(value, int | float) and math.isclose(value, expect, rel_tol=1e-9, abs_tol=1e-12)
+        return isinstance(value, int | float) and math.isclose(
+            value, expect, rel_tol=1e-9, abs_tol=1e-12
+        )
     return bool(value == expect)

@@ -74,6 +74,7 @@ class ToolEnv(TextEnv):
         tool_parser: str | None = None,
         max_tool_calls_per_turn: int | None = None,
         max_tool_output_chars: int | None = None,
+        tools: list[str] | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns)
         self.tool_parser = tool_parser or self.tool_parser
@@ -83,6 +84,14 @@ class ToolEnv(TextEnv):
         if self.max_tool_calls_per_turn < 1 or self.max_tool_output_chars < 1:
             raise ValueError("max_tool_calls_per_turn and max_tool_output_chars must be >= 1")
         self._tools = {t.name: t for t in self._declared_tools()}
+        if tools is not None:  # a subset offered to the model (e.g. to keep a CPU prompt short)
+            unknown = sorted(set(tools) - set(self._tools))
+            if unknown or not tools:
+                raise ValueError(
+                    f"tools={list(tools)}: {unknown or 'empty'}; this env's tools are "
+                    f"{sorted(self._tools)}"
+                )
+            self._tools = {name: t for name, t in self._tools.items() if name in tools}
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self._ended = False
 

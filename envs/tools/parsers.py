@@ -115,9 +115,13 @@ def _read_call(body: str) -> ToolCall | CallError:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as exc:
-        return CallError(f"the tool call is not valid JSON ({exc.msg} at char {exc.pos}): {_clip(body)!r}")
+        return CallError(
+            f"the tool call is not valid JSON ({exc.msg} at char {exc.pos}): {_clip(body)!r}"
+        )
     if not isinstance(obj, dict):
-        return CallError(f'a tool call must be a JSON object {{"name": ..., "arguments": {{...}}}}, got {_clip(body)!r}')
+        return CallError(
+            f'a tool call must be a JSON object {{"name": ..., "arguments": {{...}}}}, got {_clip(body)!r}'
+        )
     name, arguments = obj.get("name"), obj.get("arguments", {})
     if not isinstance(name, str) or not name:
         return CallError(f'the tool call has no "name" string: {_clip(body)!r}')
@@ -127,7 +131,9 @@ def _read_call(body: str) -> ToolCall | CallError:
         except json.JSONDecodeError:
             return CallError(f'{name}: "arguments" is a string that is not a JSON object')
     if not isinstance(arguments, dict):
-        return CallError(f'{name}: "arguments" must be a JSON object, got {_clip(json.dumps(arguments))!r}')
+        return CallError(
+            f'{name}: "arguments" must be a JSON object, got {_clip(json.dumps(arguments))!r}'
+        )
     return ToolCall(name, arguments)
 
 

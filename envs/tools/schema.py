@@ -58,9 +58,7 @@ class Tool:
     def from_callable(cls, fn: Callable[..., Any], name: str | None = None) -> Tool:
         schema = tool_schema(fn, name=name)
         target = getattr(fn, "__func__", fn)
-        return cls(
-            schema["function"]["name"], fn, schema, inspect.iscoroutinefunction(target)
-        )
+        return cls(schema["function"]["name"], fn, schema, inspect.iscoroutinefunction(target))
 
     def bind(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments checked against the signature (types, unknown and missing names)."""
@@ -231,4 +229,6 @@ def _json_kind(value: Any) -> str:
     for kind, py in (("boolean", bool), ("integer", int), ("number", float), ("string", str)):
         if isinstance(value, py):
             return kind
-    return {list: "array", dict: "object"}.get(type(value), type(value).__name__)
+    if isinstance(value, list | dict):
+        return "array" if isinstance(value, list) else "object"
+    return type(value).__name__

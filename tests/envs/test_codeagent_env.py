@@ -76,21 +76,33 @@ def test_reference_fix_scores_1_and_the_untouched_repo_0(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_agent_cannot_find_or_read_the_hidden_tests_through_any_tool(backend):
-    secrets_ = [c["call"] for c in TASK["hidden"]] + [json.dumps(c["expect"]) for c in TASK["hidden"]]
+    secrets_ = [c["call"] for c in TASK["hidden"]] + [
+        json.dumps(c["expect"]) for c in TASK["hidden"]
+    ]
     probes = [
-        call("bash", command="grep -rF 'add(10, 4)' / 2>/dev/null | head; find / -name '*hidden*' "
-             "-o -name '*cases*' -o -name '*grader*' 2>/dev/null | grep -v ^/proc | head"),
+        call(
+            "bash",
+            command="grep -rF 'add(10, 4)' / 2>/dev/null | head; find / -name '*hidden*' "
+            "-o -name '*cases*' -o -name '*grader*' 2>/dev/null | grep -v ^/proc | head",
+        ),
         call("bash", command="ls -la /workspace /workspace/repo /tmp; env; cat /proc/1/cmdline"),
         call("read_file", path="/workspace/.grader/cases.json"),
         call("read_file", path="../cases.json"),
     ]
     tamper = [  # a watcher left running to rewrite the grader, and modules shadowing its imports
-        call("bash", command="(while true; do for d in /workspace/.grader-*; do "
-             "echo 'print(1)' > $d/runner.py; done; sleep 0.01; done) >/dev/null 2>&1 &"),
+        call(
+            "bash",
+            command="(while true; do for d in /workspace/.grader-*; do "
+            "echo 'print(1)' > $d/runner.py; done; sleep 0.01; done) >/dev/null 2>&1 &",
+        ),
         call("write_file", path="json.py", content="raise SystemExit('shadowed json')\n"),
         call("write_file", path="signal.py", content="raise SystemExit('shadowed signal')\n"),
-        call("write_file", path="calc.py", content="import sys\nprint('HIDDEN- [{\"value\": 14}]')\n"
-             "def add(a, b):\n    return a + b\n"),
+        call(
+            "write_file",
+            path="calc.py",
+            content="import sys\nprint('HIDDEN- [{\"value\": 14}]')\n"
+            "def add(a, b):\n    return a + b\n",
+        ),
     ]
 
     async def main():
@@ -117,8 +129,13 @@ def test_stale_bytecode_never_stands_in_for_the_source(backend):
     async def main():
         env = await started(backend)
         # run the tests (imports calc), make a same-size fix, then plant the old bytecode back
-        await env.astep(call("bash", command="python3 -c 'import calc' && unset PYTHONDONTWRITEBYTECODE "
-                             "&& python3 -c 'import calc' && ls __pycache__"))
+        await env.astep(
+            call(
+                "bash",
+                command="python3 -c 'import calc' && unset PYTHONDONTWRITEBYTECODE "
+                "&& python3 -c 'import calc' && ls __pycache__",
+            )
+        )
         obs, reward, *_ = await env.astep(
             call("str_replace", path="calc.py", old="a - b", new="a + b") + call("submit")
         )

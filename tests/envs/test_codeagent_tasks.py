@@ -45,7 +45,9 @@ def _evaluate(tmp_path, task, source: str) -> tuple[list[bool], int]:
         "    except Exception as e:\n        out.append({'error': repr(e)})\n"
         "print(json.dumps(out))"
     )
-    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+    got = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    )
     return [_matches(r, c["expect"]) for r, c in zip(got, task["hidden"], strict=True)], visible
 
 

@@ -37,7 +37,11 @@ def test_recipe_registers_renders_and_plays_an_episode(tmp_path, monkeypatch):
     try:
         env = envs.make("myenv/Units-v0")
         schema = env.tool_schemas()[0]["function"]
-        assert schema["name"] == "convert" and schema["parameters"]["required"] == ["value", "src", "dst"]
+        assert schema["name"] == "convert" and schema["parameters"]["required"] == [
+            "value",
+            "src",
+            "dst",
+        ]
         assert schema["parameters"]["properties"]["value"]["type"] == "number"
         task = env.load_tasks("train")[0]  # 3 km -> m
 

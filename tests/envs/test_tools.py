@@ -24,8 +24,14 @@ from envs.tools import (
 )
 
 
-def search(query: str, limit: int = 5, mode: Literal["exact", "fuzzy"] = "exact",
-           tags: list[str] | None = None, scale: float = 1.0, strict: bool = False) -> str:
+def search(
+    query: str,
+    limit: int = 5,
+    mode: Literal["exact", "fuzzy"] = "exact",
+    tags: list[str] | None = None,
+    scale: float = 1.0,
+    strict: bool = False,
+) -> str:
     """Search the index.
 
     Longer text that is not part of the summary.
@@ -48,8 +54,15 @@ def test_schema_comes_from_signature_and_docstring():
     assert fn["name"] == "search" and fn["description"] == "Search the index."
     props = fn["parameters"]["properties"]
     assert props["query"] == {"type": "string", "description": "what to look for."}
-    assert props["limit"] == {"type": "integer", "description": "at most this many results (continued line)."}
-    assert props["mode"] == {"type": "string", "enum": ["exact", "fuzzy"], "description": "how to match."}
+    assert props["limit"] == {
+        "type": "integer",
+        "description": "at most this many results (continued line).",
+    }
+    assert props["mode"] == {
+        "type": "string",
+        "enum": ["exact", "fuzzy"],
+        "description": "how to match.",
+    }
     assert props["tags"] == {"type": "array", "items": {"type": "string"}}
     assert props["scale"] == {"type": "number"} and props["strict"] == {"type": "boolean"}
     assert fn["parameters"]["required"] == ["query"]
@@ -184,7 +197,9 @@ def started() -> Calc:
 
 def test_tool_calls_run_in_order_and_results_come_back_as_tool_messages():
     env = started()
-    obs, reward, term, trunc, info = run(env, call("add", x=2) + call("slow_double") + call("add", x=2))
+    obs, reward, term, trunc, info = run(
+        env, call("add", x=2) + call("slow_double") + call("add", x=2)
+    )
     assert obs == [{"role": "tool", "content": c} for c in ("2", "4", "6")]
     assert (reward, term, trunc) == (0.0, False, False)
     obs, reward, term, trunc, info = run(env, call("done"))
@@ -196,7 +211,11 @@ def test_tool_calls_run_in_order_and_results_come_back_as_tool_messages():
 @pytest.mark.parametrize(
     "action, fragment, counter",
     [
-        ('<tool_call>{"name": "add", "arguments": {"x": </tool_call>', "not valid JSON", "parse_failures"),
+        (
+            '<tool_call>{"name": "add", "arguments": {"x": </tool_call>',
+            "not valid JSON",
+            "parse_failures",
+        ),
         (call("mul", x=2), "unknown tool 'mul'; available: add, broken", "tool_errors"),
         (call("add", y=2), "unknown argument(s) y", "tool_errors"),
         (call("add"), "missing required argument(s) x", "tool_errors"),
