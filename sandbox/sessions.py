@@ -26,7 +26,7 @@ import os
 import secrets
 import tarfile
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -340,9 +340,7 @@ class SessionPool:
     def _refill(self) -> None:
         while not self._closed and len(self._idle) + self._filling < self.warm:
             self._filling += 1
-            task = asyncio.get_running_loop().create_task(self._fill_one())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._fill_one(), "warm-fill")
 
     async def _fill_one(self) -> None:
         try:
@@ -393,10 +391,19 @@ class SessionPool:
             self._sem.release()
 
     def _take_warm(self, limits: SessionLimits) -> Handle | None:
+        dead = [h for h in self._idle if h.proc.returncode is not None]
+        for handle in dead:  # a warm sandbox that died while idle: clean up, start another
+            self._idle.remove(handle)
+            self._spawn(self._destroy(handle))
         for i, handle in enumerate(self._idle):
-            if handle.shape == limits.start_shape() and handle.proc.returncode is None:
+            if handle.shape == limits.start_shape():
                 return self._idle.pop(i)
         return None
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str = "destroy") -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _release(self, handle: Handle) -> None:
         self._live.pop(handle.name, None)
@@ -413,7 +420,8 @@ class SessionPool:
         """Destroy every session and warm sandbox of this pool (live sessions break)."""
         self._closed = True
         for task in list(self._tasks):
-            task.cancel()
+            if task.get_name() == "warm-fill":  # a teardown in flight is let finish
+                task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         handles = [*self._idle, *self._live.values()]
         self._idle.clear()

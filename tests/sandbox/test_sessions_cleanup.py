@@ -87,6 +87,25 @@ async def test_a_dead_agent_is_an_infrastructure_failure(pool: SessionPool) -> N
     assert leftovers(pool) == []
 
 
+async def test_a_warm_sandbox_that_died_is_replaced(session_backend: str) -> None:  # noqa: F811
+    from session_util import started_pool
+
+    p = await started_pool(session_backend, max_sessions=2, warm=1)
+    try:
+        while not p._idle:
+            await asyncio.sleep(0.05)
+        p._idle[0].proc.kill()  # the warm sandbox dies while idle
+        await p._idle[0].proc.wait()
+        async with p.session() as ws:  # never handed out: a fresh one serves the session
+            assert (await ws.exec("echo fresh")).stdout == "fresh\n"
+        while not p._idle:  # and the warm pool is refilled
+            await asyncio.sleep(0.05)
+        assert all(h.proc.returncode is None for h in p._idle)
+    finally:
+        await p.aclose()
+    assert leftovers(p) == []
+
+
 TRAINER = textwrap.dedent(
     """
     import asyncio, sys
