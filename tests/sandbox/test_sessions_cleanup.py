@@ -125,9 +125,25 @@ TRAINER = textwrap.dedent(
 )
 
 
-async def test_sigkilled_trainer_leaves_nothing_after_the_next_start(
+def _left(uids: set[int], owner: str, backend: str, wait_s: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = processes_of_uids(uids)
+        if backend == "docker":
+            left += session_containers(owner)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+async def test_killed_trainer_leaves_nothing_after_the_next_start(
     session_backend: str,  # noqa: F811
+    sig: signal.Signals,
 ) -> None:
+    """SIGKILL: nothing runs on in the trainer; its sessions go (agents see their stdin close)
+    or are reaped by the next start. SIGINT (Ctrl-C, trainer shutdown): the episodes are
+    cancelled and their sessions closed, the warm sandbox removed at exit, before any restart."""
     from session_util import started_pool
 
     probe = await started_pool(session_backend, max_sessions=1)  # fail/skip like the others
@@ -151,21 +167,18 @@ async def test_sigkilled_trainer_leaves_nothing_after_the_next_start(
         if session_backend == "docker":
             assert len(session_containers(owner)) >= 2
     finally:
-        trainer.send_signal(signal.SIGKILL)
-        trainer.wait()
+        trainer.send_signal(sig)
+        try:
+            trainer.wait(timeout=60)
+        finally:
+            trainer.kill()
+            trainer.wait()
+    if sig == signal.SIGINT:  # a clean shutdown leaves nothing, with no restart needed
+        assert await asyncio.to_thread(_left, uids, owner, session_backend) == []
     # the next start (a new trainer) reaps whatever the dead one left behind
     after = await started_pool(session_backend, max_sessions=1)
     try:
-        deadline = time.monotonic() + 30
-        left: list[str] = ["?"]
-        while time.monotonic() < deadline:
-            left = processes_of_uids(uids)
-            if session_backend == "docker":
-                left += session_containers(owner)
-            if not left:
-                break
-            await asyncio.sleep(0.5)
-        assert left == [], left
+        assert await asyncio.to_thread(_left, uids, owner, session_backend) == []
     finally:
         await after.aclose()
 
