@@ -259,3 +259,14 @@ async def test_docker_sessions_take_a_list_of_hosts() -> None:
     finally:
         await p.aclose()
     assert leftovers(p) == []
+
+
+def test_bad_limits_and_options_name_the_problem() -> None:
+    with pytest.raises(ValueError, match=r"SessionLimits.cpu_s=0 must be positive"):
+        SessionLimits(cpu_s=0)
+    with pytest.raises(ValueError, match=r"max_file_bytes.*over 32 MiB.*upload"):
+        SessionLimits(max_file_bytes=64 << 20)
+    with pytest.raises(ValueError, match=r"unknown session backend 'podman'.*docker"):
+        SessionPool("podman")
+    with pytest.raises(ValueError, match=r"max_sessions=0 must be >= 1"):
+        SessionPool("docker", max_sessions=0)
