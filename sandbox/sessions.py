@@ -39,6 +39,7 @@ from sandbox.session_api import (
     SessionClosed,
     SessionLimits,
     SessionUsage,
+    Workspace,
 )
 
 log = logging.getLogger("sandbox.session")
@@ -465,3 +466,7 @@ async def close_sessions() -> None:
     """Close the shared pools that `session()` made on this event loop (trainer shutdown)."""
     pools = list(_default_pools.pop(asyncio.get_running_loop(), {}).values())
     await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)
+
+
+def _implements_the_protocol(ws: SandboxSession) -> Workspace:
+    return ws  # mypy checks that SandboxSession matches session_api.Workspace
