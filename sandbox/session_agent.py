@@ -145,12 +145,20 @@ class Agent:
         while True:
             alive = False
             for name in os.listdir("/proc"):
-                if name.isdigit() and int(name) not in keep:
-                    alive = True
-                    try:
-                        os.kill(int(name), signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                if not name.isdigit() or int(name) in keep:
+                    continue
+                try:
+                    with open(f"/proc/{name}/stat") as fh:
+                        state, ppid = fh.read().rsplit(")", 1)[1].split()[:2]
+                except (OSError, ValueError):
+                    continue  # gone already
+                if state == "Z" and int(ppid) in keep and int(ppid) != me:
+                    continue  # a dead child of the kept kernel: the kernel's to reap
+                alive = True
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             while True:
                 try:
                     pid, _ = os.waitpid(-1, os.WNOHANG)

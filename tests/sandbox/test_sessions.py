@@ -117,6 +117,11 @@ async def test_background_processes_are_killed_and_their_cpu_counted(
         assert r.ok and r.cpu_s >= 0.4, r
         r = await ws.exec("ps -eo comm= 2>/dev/null || ls /proc")
         assert "sleep" not in r.stdout, r  # nothing outlives the call that started it
+        # a child the kernel has not reaped yet (a zombie) is the kernel's: the call still ends
+        cell = "import subprocess, time\np = subprocess.Popen(['true'])\ntime.sleep(0.3)"
+        r = await ws.python(cell, timeout_s=30)
+        assert r.ok and not r.timed_out, r
+        assert (await ws.python("p.poll()")).stdout == "0\n"
 
 
 async def test_session_cpu_budget(pool: SessionPool) -> None:  # noqa: F811
