@@ -97,7 +97,12 @@ class Agent:
         """Fork argv with stdin /dev/null, fresh stdout/stderr pipes and extra fds at 3, 4..."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            raise
         if pid == 0:
             try:
                 os.setsid()
@@ -299,7 +304,10 @@ class Agent:
         else:
             env = dict(self.env, GSPO_COMMAND=req["command"])
             argv = ["/bin/bash", "--noprofile", "--norc", "-c", WRAPPER]
-        pid, out_r, err_r = self.spawn(argv, env)
+        try:
+            pid, out_r, err_r = self.spawn(argv, env)
+        except OSError as exc:  # the session's own processes hold the process cap
+            return not_started(exc)
         try:
             got = self.collect(pid, out_r, err_r, req)
         finally:
@@ -324,14 +332,22 @@ class Agent:
         done_r, done_w = os.pipe()
         argv = ["/usr/bin/python3", "-q", "-c", self.kernel_source]
         env = dict(self.env, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
-        pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
+        try:
+            pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
+        except OSError:
+            for fd in (req_r, req_w, done_r, done_w):
+                os.close(fd)
+            raise
         os.close(req_r)
         os.close(done_w)
         self.kernel = (pid, req_w, done_r, out_r, err_r)
 
     def op_python(self, req):
         if self.kernel is None:
-            self.start_kernel()
+            try:
+                self.start_kernel()
+            except OSError as exc:
+                return not_started(exc)
         pid, req_w, done_r, out_r, err_r = self.kernel
         self.cells += 1
         cell = req["cell"] = self.cells
@@ -445,6 +461,23 @@ class Agent:
                 "kind": type(exc).__name__,
                 "errno": getattr(exc, "errno", None),
             }
+
+
+def not_started(exc):
+    """A call that could not start (fork failed: the process cap is held by the session's own
+    threads or processes): the session's doing, so a result, not an error."""
+    return {
+        "exit_code": None,
+        "stdout": "",
+        "stderr": f"agent: could not start the command: {exc.strerror or exc}",
+        "stdout_cut": 0,
+        "stderr_cut": 0,
+        "wall_s": 0.0,
+        "cpu_s": 0.0,
+        "reason": "",
+        "kernel_restarted": False,
+        "message": "not started: the session's processes and threads are at its process cap",
+    }
 
 
 def write_new(path, data, mode):

@@ -169,7 +169,7 @@ class SandboxSession:
         self._cpu += float(reply["cpu_s"])
         self._wall += float(reply["wall_s"])
         reason = str(reply.get("reason") or "")
-        message, exhausted = "", False
+        message, exhausted = str(reply.get("message") or ""), False
         if reason == "wall":
             exhausted = wall_by_budget
             message = f"killed: wall time limit of {wall:.1f}s reached"

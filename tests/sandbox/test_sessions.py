@@ -163,6 +163,19 @@ async def test_disk_quota_memory_and_process_caps(pool: SessionPool) -> None:  #
         r = await ws.exec("for i in $(seq 40); do sleep 5 & done; wait", timeout_s=3)
         assert "fork" in r.stderr.lower() or "resource" in r.stderr.lower(), r
         assert (await ws.exec("echo still here")).stdout == "still here\n"
+    async with pool.session(SessionLimits(processes=16)) as ws:  # memory for 16 stacks
+        # threads the kernel keeps running hold the cap until the kernel goes
+        hog = (
+            "import threading, time\nts = []\ntry:\n    for _ in range(64):\n"
+            "        t = threading.Thread(target=time.sleep, args=(600,), daemon=True)\n"
+            "        t.start()\n        ts.append(t)\nexcept RuntimeError:\n    pass\nlen(ts)"
+        )
+        r = await ws.python(hog)
+        assert r.ok and int(r.stdout) < 16, r
+        r = await ws.exec("/bin/true && echo forked", timeout_s=5)
+        assert "forked" not in r.stdout, r  # threads count against the process cap
+        await ws.kill_processes()  # the kernel and its threads go; the cap is free again
+        assert (await ws.exec("/bin/true && echo forked")).stdout == "forked\n"
 
 
 async def test_files_in_and_out(pool: SessionPool, tmp_path: Path) -> None:  # noqa: F811
