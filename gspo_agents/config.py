@@ -37,7 +37,7 @@ class EnvConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"  # tiny | tiny-moe | hf
+    name: str = "tiny"  # tiny | tiny-agent | tiny-moe | hf
     path: str | None = None  # an HF directory; required when name=hf
     cache_dir: str = "~/.cache/gspo-agents/models"
     dtype: str = "float32"
@@ -159,7 +159,7 @@ class RunConfig:
 
 
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("model", "name"): ("tiny", "tiny-moe", "hf"),
+    ("model", "name"): ("tiny", "tiny-agent", "tiny-moe", "hf"),
     ("engine", "kind"): ("local", "sglang"),
     ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),

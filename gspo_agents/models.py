@@ -3,7 +3,9 @@
 `resolve_model(cfg)` turns a `ModelConfig` into a local Hugging Face directory:
 - `tiny` / `tiny-moe`: a small Qwen3 / Qwen3-MoE checkpoint with random weights and a byte-level
   BPE tokenizer trained here on a deterministic corpus this module generates (English, arithmetic
-  with `\\boxed{}` answers, Python and C++). Nothing is downloaded. The result is cached under
+  with `\\boxed{}` answers, Python and C++). `tiny-agent`: the `tiny` architecture whose tokenizer
+  also sees tool-calling text (tool preambles, schemas, calls), so tool prompts cost half the
+  tokens. Nothing is downloaded. The result is cached under
   `cache_dir` by a content hash of the recipe and built atomically (temp dir, then rename), so
   concurrent builders never see a half-written checkpoint.
 - `hf`: any existing HF directory given by `path`.
@@ -27,7 +29,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-ModelName = Literal["tiny", "tiny-moe", "hf"]
+ModelName = Literal["tiny", "tiny-agent", "tiny-moe", "hf"]
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # Bump when the recipe changes in a way the hashed fields do not capture.
@@ -141,14 +143,17 @@ def _moe_arch() -> dict[str, Any]:
 
 
 def _recipe(name: str) -> dict[str, Any]:
-    arch = _dense_arch() if name == "tiny" else _moe_arch()
-    return {
+    arch = _moe_arch() if name == "tiny-moe" else _dense_arch()
+    recipe: dict[str, Any] = {
         "recipe_version": _RECIPE_VERSION,
         "arch": arch,
         "tokenizer": {"vocab_size": _VOCAB_SIZE, "special": list(SPECIAL_TOKENS), "digits": True},
         "chat_template": CHAT_TEMPLATE,
         "seed": 0,
     }
+    if name == "tiny-agent":
+        recipe["corpus"] = "agent"  # the tokenizer also sees tool-calling text
+    return recipe
 
 
 def _recipe_hash(recipe: dict[str, Any], corpus: str) -> str:
@@ -226,6 +231,75 @@ def build_corpus(num_lines: int = 3000, seed: int = 0) -> str:
     return "\n".join(lines)
 
 
+_AGENT_TOOLS = (  # generic agent tools: (name, description, {argument: (type, description)})
+    ("bash", "Run a shell command.", {"command": ("string", "the command.")}),
+    ("python", "Run Python code.", {"code": ("string", "the code.")}),
+    ("read_file", "Read a file.", {"path": ("string", "file path.")}),
+    (
+        "write_file",
+        "Create or overwrite a file.",
+        {"path": ("string", "file path."), "content": ("string", "the new text.")},
+    ),
+    (
+        "str_replace",
+        "Replace text that occurs exactly once in a file.",
+        {
+            "path": ("string", "file path."),
+            "old": ("string", "exact text to replace."),
+            "new": ("string", "replacement text."),
+        },
+    ),
+    ("run_tests", "Run the tests.", {}),
+    ("submit", "Submit the fix (ends the episode).", {}),
+    (
+        "search",
+        "Search the web.",
+        {
+            "query": ("string", "what to look for."),
+            "limit": ("integer", "at most this many results."),
+        },
+    ),
+    (
+        "calculator",
+        "Evaluate an arithmetic expression.",
+        {"expression": ("string", "the expression.")},
+    ),
+)
+
+
+def build_agent_corpus(num_lines: int = 400, seed: int = 0) -> str:
+    """Tool-calling text for the `tiny-agent` tokenizer: Qwen3-style tool preambles with
+    OpenAI-format schemas, `<tool_call>` blocks and `<tool_response>` turns, rendered with
+    CHAT_TEMPLATE. A BPE trained without it spends ~2x the tokens on every tool prompt."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    template = _compile_jinja_template(CHAT_TEMPLATE)
+    rng = random.Random(seed)
+    schemas = [_schema(*tool) for tool in _AGENT_TOOLS]
+    lines = []
+    for _ in range(num_lines):
+        tools = rng.sample(schemas, rng.randint(1, len(schemas)))
+        fn = rng.choice(tools)["function"]
+        args = {k: rng.choice(_WORDS) + ".py" for k in fn["parameters"]["properties"]}
+        call = f"<tool_call>\n{json.dumps({'name': fn['name'], 'arguments': args})}\n</tool_call>"
+        messages = [
+            {"role": "user", "content": " ".join(rng.choice(_WORDS) for _ in range(8))},
+            {"role": "assistant", "content": call},
+            {"role": "tool", "content": rng.choice(_PY_SNIPPETS)},
+        ]
+        lines.append(template.render(messages=messages, tools=tools, add_generation_prompt=True))
+    return "\n".join(lines)
+
+
+def _schema(name: str, description: str, args: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    properties = {k: {"type": t, "description": d} for k, (t, d) in args.items()}
+    parameters = {"type": "object", "properties": properties, "required": list(args)}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
 def _train_tokenizer(corpus: str, out_dir: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -284,6 +358,8 @@ def _build_tiny(name: str, recipe: dict[str, Any], corpus: str, out_dir: Path) -
 def _build_cached(name: str, cache_dir: Path) -> Path:
     recipe = _recipe(name)
     corpus = build_corpus()
+    if recipe.get("corpus") == "agent":
+        corpus += "\n" + build_agent_corpus()
     final = cache_dir / f"{name}-{_recipe_hash(recipe, corpus)}"
     if (final / "config.json").exists():
         return final

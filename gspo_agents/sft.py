@@ -31,6 +31,7 @@ MICRO_BATCH_TOKENS = 4096  # padded tokens per forward: bounds memory and paddin
 def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: int):
     """(prompt ids, response ids) pairs; the response ends with the end-of-turn token."""
     from gspo_agents.rollout.chat import ChatFormat
+    from gspo_agents.rollout.episode import tool_schemas
 
     chat = ChatFormat(tokenizer)
     examples = []
@@ -39,7 +40,7 @@ def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: in
         if response is None:
             continue
         messages, _ = env.reset(options={"task": task})
-        prompt = chat.prompt_ids(messages)
+        prompt = chat.prompt_ids(messages, tools=tool_schemas(env))  # as the rollouts render it
         # The model's turn ends with the stop token; the rest of the template's end-of-turn marker
         # belongs to the next observation, exactly as in a rollout.
         answer = tokenizer.encode(response, add_special_tokens=False) + [chat.stop_token_ids[0]]
