@@ -1,7 +1,7 @@
 """`python -m gspo_agents.plot RUN_DIR [RUN_DIR ...] [--out DIR]`: PNG curves from metrics.jsonl.
 
-One figure per metric family (reward, clipped-token fraction, ratio spread, expert volatility when
-the run logged it); several run directories are overlaid, labelled by their directory name.
+One figure per metric family (reward, clipped-token fraction, ratio spread; expert volatility and
+tool-call statistics when the run logged them); several run directories are overlaid, labelled by their directory name.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ PANELS = {
     "ratio_spread": (["ratio_max", "ratio_min"], "importance ratio max / min"),
     "expert_volatility": (["expert_volatility"], "expert-activation volatility"),
     "loss": (["loss"], "policy loss"),
+    "tool_calls": (  # tool envs only
+        ["rollout/env/parse_ok_frac", "rollout/env/tool_calls", "rollout/num_turns_mean"],
+        "tool-call parse rate, calls and turns per episode",
+    ),
 }
 
 
