@@ -22,17 +22,17 @@ agent is the subreaper and reaps every orphan, so children nobody waited for are
 
 import base64
 import ctypes
-import errno
-import io
 import json
 import os
 import resource
 import selectors
 import signal
-import stat
 import sys
 import tarfile
 import time
+
+if "write_new" not in globals():  # on the host; inside, the host sent that file's source first
+    from sandbox.session_agent_files import read_regular, untar, write_new
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -390,51 +390,12 @@ class Agent:
         return {"bytes": len(data)}
 
     def op_read(self, req):
-        path = self.resolve(req["path"])
-        limit = int(req["max_bytes"])
-        # O_NONBLOCK: a FIFO planted at the path must not hang the agent
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "is a directory", req["path"])
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"{req['path']} is not a regular file")
-            if st.st_size > limit:
-                raise ValueError(f"{req['path']} is larger than {limit} bytes")
-            os.set_blocking(fd, True)
-            chunks, size = [], 0
-            while size <= limit:
-                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            os.close(fd)
-        if size > limit:
-            raise ValueError(f"{req['path']} is larger than {limit} bytes")
-        return {"data": base64.b64encode(b"".join(chunks)).decode()}
+        data = read_regular(self.resolve(req["path"]), int(req["max_bytes"]), req["path"])
+        return {"data": base64.b64encode(data).decode()}
 
     def op_untar(self, req):
         dest = os.path.normpath(self.resolve(req["dest"]))
-        os.makedirs(dest, exist_ok=True)
-        count = 0
-        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["data"]))) as tar:
-            for member in tar:
-                name = os.path.normpath(member.name)
-                if name.startswith(("/", "..")) or name == ".":
-                    continue
-                target = os.path.join(dest, name)
-                if member.isdir():
-                    os.makedirs(target, exist_ok=True)
-                elif member.isfile():
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    src = tar.extractfile(member)
-                    data = src.read() if src is not None else b""
-                    write_new(target, data, member.mode & 0o755 | 0o600)
-                    count += 1
-        return {"files": count}
+        return {"files": untar(dest, base64.b64decode(req["data"]))}
 
     def op_usage(self, req):
         st = os.statvfs(self.workspace)
@@ -478,28 +439,6 @@ def not_started(exc):
         "kernel_restarted": False,
         "message": "not started: the session's processes and threads are at its process cap",
     }
-
-
-def write_new(path, data, mode):
-    """Create or replace a regular file. Whatever the session left at the path (a symlink, a
-    FIFO, a socket) is removed first, never followed or opened."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        os.unlink(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
-    fd = os.open(path, flags, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
 
 
 def drain(fd):

@@ -24,7 +24,9 @@ from sandbox.errors import BackendFailure
 from sandbox.session_api import WORKSPACE, SessionLimits
 
 _HERE = Path(__file__).resolve().parent.parent
-AGENT_SOURCE = (_HERE / "session_agent.py").read_text()
+AGENT_SOURCE = "\n".join(  # the agent's helpers first: inside, they are the agent's globals
+    (_HERE / name).read_text() for name in ("session_agent_files.py", "session_agent.py")
+)
 KERNEL_SOURCE = (_HERE / "session_kernel.py").read_text()
 AGENT_ARGV = ("/usr/bin/python3", "-S", "-c", AGENT_SOURCE)
 SESSION_LABEL = "gspo-sandbox.kind=session"
