@@ -15,7 +15,7 @@ One package is a directory:
 The time limit is the first of: the `time_limit` argument, .timelimit, domjudge-problem.ini,
 problem.yaml limits.time_limit. A package with none of them (NWERC ships only time_multiplier)
 has time_limit_s=None; `derive_time_limit` sets it from the accepted submissions' times the
-way problemtools does (slowest accepted time x time_multiplier).
+way problemtools does (slowest accepted time x time_multiplier, here rounded up to whole seconds).
 
 A custom validator runs natively under the Kattis protocol (`validator input answer feedback_dir
 [flags] < output`, exit 42 accept / 43 reject; see sandbox.core). Our runner compiles one C++
@@ -135,8 +135,9 @@ def load_package(path: str | Path, *, time_limit_s: float | None = None) -> Pack
 
 
 def derive_time_limit(package: Package, slowest_accepted_s: float) -> Package:
-    """problemtools' rule: the slowest accepted time x time_multiplier (rounded up to 0.1 s)."""
-    limit = math.ceil(max(slowest_accepted_s, 0.01) * package.time_multiplier * 10) / 10
+    """The slowest accepted time x time_multiplier (the problemtools rule), rounded up to a
+    whole second: sub-second limits would measure process start-up more than the program."""
+    limit = float(max(1, math.ceil(slowest_accepted_s * package.time_multiplier)))
     return replace(package, time_limit_s=limit)
 
 
