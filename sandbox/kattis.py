@@ -165,8 +165,9 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
                 "space_change_sensitive, float_tolerance, float_absolute_tolerance, "
                 "float_relative_tolerance"
             )
-    mode = "float" if floats else "tokens"
-    return JudgeSpec(mode=mode, abs_tol=abs_tol, rel_tol=rel_tol, **options)
+    if floats:  # a tolerance the flags do not set is off, as in Kattis
+        return JudgeSpec(mode="float", abs_tol=abs_tol, rel_tol=rel_tol, **options)
+    return JudgeSpec(mode="tokens", **options)
 
 
 def validator_program(directory: Path) -> Program:
