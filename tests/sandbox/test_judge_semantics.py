@@ -83,7 +83,12 @@ def test_judge_spec_rejects_a_negative_tolerance_and_unknown_protocol():
 def test_default_validator_flags_map_to_judge_options():
     assert default_validator_spec([]) == JudgeSpec(case_sensitive=False)
     spec = default_validator_spec(["case_sensitive", "float_tolerance", "1e-4"])
-    assert (spec.mode, spec.case_sensitive, spec.abs_tol, spec.rel_tol) == ("float", True, 1e-4, 1e-4)
+    assert (spec.mode, spec.case_sensitive, spec.abs_tol, spec.rel_tol) == (
+        "float",
+        True,
+        1e-4,
+        1e-4,
+    )
     spec = default_validator_spec(["float_absolute_tolerance", "0.5", "space_change_sensitive"])
     assert (spec.abs_tol, spec.rel_tol, spec.space_change_sensitive) == (0.5, 0.0, True)
     with pytest.raises(PackageError, match="needs a number"):
@@ -115,7 +120,11 @@ def test_cli_flags_build_the_judge_spec():
         judge_of(_judge_args(mode="lines", float_tolerance=1e-6))
     validator = SAMPLE_SET / "train" / "divisor" / "output_validators" / "divisor_validator"
     spec = judge_of(_judge_args(checker=validator, validator_flags="a b"))
-    assert (spec.mode, spec.checker_protocol, spec.checker_args) == ("checker", "kattis", ("a", "b"))
+    assert (spec.mode, spec.checker_protocol, spec.checker_args) == (
+        "checker",
+        "kattis",
+        ("a", "b"),
+    )
 
 
 # ---- the package reader ----------------------------------------------------------------------

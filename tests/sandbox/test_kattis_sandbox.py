@@ -92,7 +92,7 @@ async def test_a_compile_cache_hit_runs_the_cached_binary_without_compiling(sb: 
     assert second.verdict is Verdict.OK and cache.hits == 1
     # Plant the binary of another program under a new source's key: if the runner compiled the
     # source it would print 6; the cached binary doubles its input and prints 4.
-    other = Program("cpp", '#include <iostream>\nint main(){int a;std::cin>>a;std::cout<<a*3;}')
+    other = Program("cpp", "#include <iostream>\nint main(){int a;std::cin>>a;std::cout<<a*3;}")
     binary = next(iter(cache._entries.values())).binary
     cache.put(CompileCache.key(other, sb._image), Entry(binary))
     planted = await sb.run(other, [TestCase("2\n", "4\n")])
