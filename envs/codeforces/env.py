@@ -47,7 +47,8 @@ class CodeforcesEnv(TextEnv):
     sandbox_backend + sandbox_options (a private one, created lazily), source ("FORMAT:PATH",
     e.g. "kattis:/data/nwerc2023"; formats in envs.codeforces.loaders; problems_dir and
     openr1_path are older spellings of "dir:PATH" and "openr1:PATH"), source_options (the
-    loader's options), tiers (keep only these difficulty tiers, e.g. ["easy"]; None keeps all),
+    loader's options), tiers (keep only these difficulty tiers of the shipped set or problems_dir,
+    e.g. ["easy"]; None keeps all; a source is used whole),
     time_multiplier (scales every problem's time limit, e.g. 2 on a loaded machine)."""
 
     def __init__(
@@ -95,9 +96,9 @@ class CodeforcesEnv(TextEnv):
     def load_tasks(self, split: str) -> list[dict[str, Any]]:
         if split not in ("train", "test"):
             raise ValueError(f"split={split!r}; Codeforces-v0 has 'train' and 'test'")
-        if self._source:
-            problems = load_source(self._source, split, **self._source_options)
-        elif self._openr1_path:
+        if self._source:  # tiers name the shipped set's tiers: a source is used whole
+            return [p.to_row() for p in load_source(self._source, split, **self._source_options)]
+        if self._openr1_path:
             from envs.codeforces.openr1 import load_openr1
 
             problems = load_openr1(self._openr1_path, split, skip_unsupported=self._openr1_skip)

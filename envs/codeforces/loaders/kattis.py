@@ -1,8 +1,9 @@
 """Kattis / ICPC problem packages -> Problems (the package reader is sandbox/kattis.py).
 
-`load_kattis(PATH, split)`: PATH is one package or a directory of packages; "{split}" in PATH
-is formatted with the split name (e.g. problems/{split} with train/ and test/ subdirectories);
-otherwise packages are split by a hash of their name (rows.in_split) unless split_mode="all".
+`load_kattis(PATH, split)`: PATH is one package or a directory of packages. The split's
+packages are PATH/<split>/ when that directory exists (train/ and test/), or PATH with "{split}"
+formatted; otherwise packages are split by a hash of their name (rows.in_split) unless
+split_mode="all".
 The default output validator's flags become judge options (case-insensitive unless
 case_sensitive, space_change_sensitive, float tolerances); a custom output validator runs under
 the Kattis protocol. A package without a time limit (only time_multiplier) gets
@@ -68,6 +69,8 @@ def load_kattis(
         raise ValueError(f"split_mode={split_mode!r}; choose one of {SPLIT_MODES}")
     by_path = "{split}" in path
     root = Path(path.format(split=split) if by_path else path)
+    if not by_path and (root / split).is_dir() and not (root / "problem.yaml").exists():
+        root, by_path = root / split, True  # PATH/train and PATH/test hold the packages
     try:
         found = find_packages(root)
     except PackageError as exc:
