@@ -334,7 +334,7 @@ def judge_of(args: argparse.Namespace) -> JudgeSpec:
         return JudgeSpec(
             mode="checker",
             checker=checker,
-            checker_protocol=protocol,
+            checker_protocol=protocol,  # type: ignore[arg-type]  # argparse choices
             checker_args=flags,
             **options,
         )
@@ -343,11 +343,11 @@ def judge_of(args: argparse.Namespace) -> JudgeSpec:
     mode = "float" if abs_tol is not None or rel_tol is not None else args.mode
     if mode == "float" and args.mode not in ("tokens", "float"):
         raise UsageError(f"--mode {args.mode} cannot take a float tolerance")
-    tolerances = {"abs_tol": 1e-6, "rel_tol": 1e-6}
+    tolerances: dict[str, Any] = {"abs_tol": 1e-6, "rel_tol": 1e-6}
     if abs_tol is not None or rel_tol is not None:  # Kattis: a tolerance not given is off
         tolerances = {"abs_tol": abs_tol or 0.0, "rel_tol": rel_tol or 0.0}
     try:
-        return JudgeSpec(mode=mode, **tolerances, **options)
+        return JudgeSpec(mode=mode, **tolerances, **options)  # type: ignore[arg-type]
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 

@@ -283,7 +283,7 @@ def problem_limits(problem: Problem, time_multiplier: float = 1.0) -> Limits:
 
 def judge_spec(problem: Problem) -> JudgeSpec:
     j = problem.judge
-    options = {
+    options: dict[str, Any] = {
         "case_sensitive": j.case_sensitive,
         "space_change_sensitive": j.space_change_sensitive,
     }

@@ -58,7 +58,8 @@ def get_loader(fmt: str) -> Loader:
     if fmt not in FORMATS:
         raise ValueError(f"unknown problem format {fmt!r}; choose one of {sorted(FORMATS)}")
     module = importlib.import_module(FORMATS[fmt])
-    return getattr(module, f"load_{fmt}")  # type: ignore[no-any-return]
+    loader: Loader = getattr(module, f"load_{fmt}")
+    return loader
 
 
 def load_source(source: str, split: str, **options: Any) -> list[Problem]:

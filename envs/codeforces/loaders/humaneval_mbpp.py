@@ -74,17 +74,16 @@ def _translate(test: ast.expr, names: set[str]) -> tuple[dict[str, Any], float]:
 
 def _tolerance_case(left: ast.expr, right: ast.expr, names: set[str]) -> tuple[dict, float]:
     """abs(f(ARGS) - VALUE) < TOL."""
+    diff = left.args[0] if isinstance(left, ast.Call) and len(left.args) == 1 else None
     ok = (
         isinstance(left, ast.Call)
         and isinstance(left.func, ast.Name)
         and left.func.id in ("abs", "fabs")
-        and len(left.args) == 1
-        and isinstance(left.args[0], ast.BinOp)
-        and isinstance(left.args[0].op, ast.Sub)
+        and isinstance(diff, ast.BinOp)
+        and isinstance(diff.op, ast.Sub)
     )
-    if not ok:
+    if not ok or not isinstance(diff, ast.BinOp):
         raise Unsupported(f"assert of an untranslatable shape: {ast.unparse(left)[:80]}")
-    diff = left.args[0]  # type: ignore[union-attr]
     tol = _literal(right)
     if not isinstance(tol, int | float) or not math.isfinite(tol):
         raise Unsupported("tolerance is not a number")

@@ -66,7 +66,7 @@ def _read_saved(path: Path, split: str | None) -> list[dict[str, Any]]:
         if split not in saved:
             raise TaskError(f"{path}: no split {split!r}; the saved dataset has {list(saved)}")
         saved = saved[split]
-    return saved.to_list()  # type: ignore[union-attr]
+    return saved.to_list()
 
 
 def _read_json(path: Path) -> list[dict[str, Any]]:
