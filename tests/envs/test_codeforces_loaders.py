@@ -208,3 +208,20 @@ async def test_livecodebench_functional_and_kattis_case_rules_in_the_sandbox(sb,
     assert shout["reward"] == 1.0  # Kattis's default validator ignores case
     cpp_for_function = await _judge(sb, problems["1"], block("int main(){}", "cpp"))
     assert cpp_for_function["verdict"] == "wrong_language"
+
+
+def test_assert_values_may_be_constant_arithmetic_but_nothing_runs():
+    from envs.codeforces.loaders.humaneval_mbpp import Unsupported, assert_cases
+
+    code = (
+        "def check(candidate):\n"
+        "    assert candidate([3, 5, 7]) == (3 + 5 + 7, 3 * 5 * 7)\n"
+        "    assert abs(candidate([1.0, 2.0, 3.0]) - 2.0/3.0) < 1e-6\n"
+        "    assert candidate('ab' * 2) == -(-4)\n"
+    )
+    cases, tolerance = assert_cases(code, {"candidate"})
+    assert [c["expected"] for c in cases] == [(15, 105), 2.0 / 3.0, 4]
+    assert cases[2]["args"] == ["abab"] and tolerance == 1e-6
+    for bad in ("10**10**10", "'a' * 10**9", "__import__('os').getpid()", "len([1])"):
+        with pytest.raises(Unsupported):
+            assert_cases(f"assert candidate(1) == {bad}", {"candidate"})
