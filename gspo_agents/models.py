@@ -231,7 +231,10 @@ def build_corpus(num_lines: int = 3000, seed: int = 0) -> str:
     return "\n".join(lines)
 
 
-_AGENT_TOOLS = (  # generic agent tools: (name, description, {argument: (type, description)})
+_AgentTool = tuple[str, str, dict[str, tuple[str, str]]]
+_AGENT_TOOLS: tuple[
+    _AgentTool, ...
+] = (  # generic agent tools: (name, description, {argument: (type, description)})
     ("bash", "Run a shell command.", {"command": ("string", "the command.")}),
     ("python", "Run Python code.", {"code": ("string", "the code.")}),
     ("read_file", "Read a file.", {"path": ("string", "file path.")}),
