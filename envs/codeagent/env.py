@@ -6,7 +6,9 @@ repository uploaded to /workspace/repo. Tools (Qwen3/Hermes tool calls): `bash`,
 `submit`. The episode ends at `submit`, at a turn without tool calls, or at the turn limit; the
 rollout's context budget (`rollout.max_context_tokens`) is its token budget.
 
-Reward: the fraction of the task's hidden cases that pass, computed after the episode in the same
+Reward: the fraction of the task's hidden cases that pass (plus, if `format_reward` > 0, that
+weight times the share of the episode's tool calls that parsed: a shaping term for models too
+small to write a valid call reliably; 0 by default), computed after the episode in the same
 workspace: every process the agent left is killed first, then a runner and the hidden calls (not
 their expected values) are written to a fresh directory and run with `python3 -I` from outside the
 repository; the host compares the results. The hidden cases never exist in the sandbox while the
@@ -59,6 +61,7 @@ class CodeAgentEnv(ToolEnv):
         max_tool_calls_per_turn: int | None = None,
         max_tool_output_chars: int | None = None,
         tools: list[str] | None = None,
+        format_reward: float = 0.0,
         sandbox: Any | None = None,  # the trainer's shared judging sandbox: not used here
     ) -> None:
         super().__init__(
@@ -72,6 +75,9 @@ class CodeAgentEnv(ToolEnv):
             raise ValueError(f"CodeAgent tiers {bad} unknown; choose from {list(TIERS)}")
         self.tiers = list(tiers) if tiers else list(TIERS)
         self.session = EpisodeSession(backend, **(session_options or {}))
+        if not 0.0 <= format_reward <= 1.0:
+            raise ValueError(f"format_reward must be within [0, 1], got {format_reward}")
+        self.format_reward = format_reward
         self.exec_timeout_s = exec_timeout_s
         self.session_cpu_s = session_cpu_s
         self._submitted = False
@@ -225,7 +231,13 @@ class CodeAgentEnv(ToolEnv):
         ]
         fraction = sum(passed) / len(passed)
         self._last.update(hidden_pass_frac=fraction, hidden_passed=passed)
-        return fraction
+        return fraction + self.format_reward * self._well_formed_frac()
+
+    def _well_formed_frac(self) -> float:
+        """Share of the episode's tool calls that parsed (0 without any call): the optional
+        shaping term, bounded, so many calls cannot earn more than one good one."""
+        attempts = self.counters["tool_call_attempts"]
+        return (attempts - self.counters["parse_failures"]) / attempts if attempts else 0.0
 
     async def _run_hidden(self) -> list[dict[str, Any]]:
         """The hidden calls' results, run after the agent's processes are gone."""
