@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -229,14 +230,17 @@ OVERRIDES = [
     "algorithm=gspo",
     "logger=none",
     "trainer.seed=0",
-    "trainer.steps=4",
+    "trainer.steps=3",
     "trainer.tasks_per_step=4",
-    "rollout.num_samples_per_task=8",
-    "trainer.sft.steps=20",
+    "rollout.num_samples_per_task=16",
+    "trainer.sft.steps=30",
     "trainer.sft.batch_size=16",
     "trainer.sft.lr=2e-2",
     "algorithm.filter_zero_spread_groups=false",  # every step updates, signal or not
 ]
+
+
+TIMING = re.compile(r"_s(_|$)")  # step_time_s, rollout/engine_s_mean, ...: wall clock, not numerics
 
 
 def run_seeded(run_dir: Path) -> tuple[list[str], str]:
@@ -248,7 +252,7 @@ def run_seeded(run_dir: Path) -> tuple[list[str], str]:
     rows = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
-        rows.append(json.dumps({k: v for k, v in row.items() if not k.endswith("_s")}))
+        rows.append(json.dumps({k: v for k, v in row.items() if not TIMING.search(k)}))
     final = run_dir / "weights" / f"step{summary['final_step']}"
     digest = hashlib.sha256()
     for shard in sorted(final.glob("*.safetensors")):
@@ -256,7 +260,7 @@ def run_seeded(run_dir: Path) -> tuple[list[str], str]:
     return rows, digest.hexdigest()
 
 
-@pytest.mark.slow  # two runs of model build, SFT and four steps: ~1 min of CPU
+@pytest.mark.slow  # two runs of model build, SFT and three steps: ~1 min of CPU
 def test_two_seeded_runs_on_one_machine_are_bit_identical(tmp_path, monkeypatch):
     # Private homes: each run builds the tiny model and the SFT cold start itself, so their
     # reproducibility is checked too (a shared cache would hand the second run the first's).
@@ -265,7 +269,8 @@ def test_two_seeded_runs_on_one_machine_are_bit_identical(tmp_path, monkeypatch)
         monkeypatch.setenv("HOME", str(tmp_path / f"home-{name}"))
         results.append(run_seeded(tmp_path / f"run-{name}"))
     (rows_a, weights_a), (rows_b, weights_b) = results
-    assert len(rows_a) == 4
+    assert len(rows_a) == 3
+    assert any(json.loads(r)["grad_norm"] > 0 for r in rows_a)  # the runs did update the model
     for step, (a, b) in enumerate(zip(rows_a, rows_b), start=1):
         assert a == b, f"step {step} differs between two identical runs:\n{a}\n{b}"
     assert weights_a == weights_b
