@@ -237,6 +237,9 @@ OVERRIDES = [
     "trainer.sft.batch_size=16",
     "trainer.sft.lr=2e-2",
     "algorithm.filter_zero_spread_groups=false",  # every step updates, signal or not
+    # One request per forward: which requests share a batch depends on timing, and a batch's
+    # composition moves logits in their last bits (the README's "runs drift apart slowly").
+    "engine.max_batch_size=1",
 ]
 
 

@@ -71,9 +71,7 @@ def assert_reports_no_sandbox(proc: subprocess.CompletedProcess, why: str) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the install path runs only as root")
-def test_docker_cli_without_daemon_installs_docker_io_and_goes_on_when_it_cannot(
-    machine, tmp_path
-):
+def test_docker_cli_without_daemon_installs_docker_io_and_goes_on_when_it_cannot(machine, tmp_path):
     bin_dir, apt_log = machine
     proc = run_setup(bin_dir, tmp_path)
     # the CLI alone did not hide the missing daemon: docker.io was asked for
