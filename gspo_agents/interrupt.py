@@ -53,7 +53,10 @@ class StopSignals:
             _say(f"{name}: abandoning this step's rollouts; the checkpoint keeps the last step")
             self._collecting.cancel()
         else:
-            _say(f"{name}: writing the checkpoint; SIGKILL exits without one")
+            _say(
+                f"{name}: finishing this step's update (never abandoned half-way), then the "
+                "checkpoint; SIGKILL exits without one"
+            )
 
     async def collecting(self, rollouts: Awaitable[T]) -> T:
         """Await a step's rollout collection, which a second signal may abandon."""
