@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from gspo_agents import rundir
 from gspo_agents.batching import prepare_batch, tasks_for_step
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, needs_sandbox
 from gspo_agents.interrupt import StepAbandoned, StopSignals
 from gspo_agents.step_errors import ErrorReport, FailedSteps
 from gspo_agents.tracking import RunTracker, drop_rows_after
@@ -52,8 +53,8 @@ def build_env_factory(cfg: DictConfig, sandbox):
 
 
 def build_sandbox(cfg: DictConfig, env_name: str):
-    """Only environments that run code get a sandbox; math and arithmetic do not need one."""
-    if env_name not in ("codeforces", "mathtool") and "Codeforces" not in env_name:
+    """A shared sandbox for envs whose class declares `needs_sandbox` (they run code)."""
+    if not needs_sandbox(env_name):
         return None
     from sandbox import Sandbox
 
@@ -230,10 +231,12 @@ def _keep_latest(weights_root: Path, keep: str) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def run(cfg: DictConfig) -> dict:
-    """Train as `cfg` says; returns a summary. The Python API and the CLI both land here."""
+def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
+    `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
     from gspo_agents.learner.parallel import init_process
 
+    cfg = apply_env_sizing(cfg, explicit_keys(overrides or []))
     check_choices(cfg)
     if cfg.engine.kind == "sglang":
         asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
@@ -382,7 +385,7 @@ def main(cfg: DictConfig) -> None:
     from gspo_agents.cli import user_errors_as_one_line
 
     with user_errors_as_one_line():
-        summary = run(cfg)
+        summary = run(cfg, sys.argv[1:])
     print(f"done: {summary}", file=sys.stderr)
 
 

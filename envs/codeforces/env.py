@@ -45,6 +45,8 @@ class CodeforcesEnv(TextEnv):
     openr1_path (other task sources for load_tasks), tiers (keep only these difficulty tiers,
     e.g. ["easy"]; None keeps all)."""
 
+    needs_sandbox = True  # judges the model's programs: the trainer passes a shared sandbox
+
     def __init__(
         self,
         max_turns: int = 1,
