@@ -7,6 +7,7 @@ deleted), the console line's cadence, ETA and errors column, time_s continuing o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -111,3 +112,18 @@ def test_tee_puts_everything_the_console_shows_into_train_log(tmp_path, capsys):
     assert "to stdout" in out.out and "to stderr" in out.err and "only in" not in out.err
     log = Path(tmp_path / "train.log").read_text()
     assert log.splitlines() == ["to stdout", "to stderr", "only in the log"]
+
+
+def test_a_read_only_run_dir_is_named_with_the_fix(tmp_path):
+    """A real read-only filesystem (a tmpfs mounted ro), not a permission bit root ignores."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        with pytest.raises(rundir.RunDirError, match="is not writable") as info:
+            rundir.check_writable(mnt / "runs" / "x")
+        assert "trainer.run_dir=" in str(info.value)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -25,7 +25,10 @@ import broken_env
 import pytest
 from hd_util import metric_rows, start_train, train, train_cmd, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+]  # real trainings; a loaded machine is slow
 HERE = Path(__file__).resolve().parent
 LONG = "trainer.steps=200"  # far more than the tests let run
 

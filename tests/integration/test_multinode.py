@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+]  # real trainings; a loaded machine is slow
 
 FAST = [
     "+env.kwargs.difficulty=1",
