@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+from gspo_agents.config import ConfigError
+
 SIZING_KEYS = (
     "rollout.max_new_tokens_per_turn",
     "rollout.max_context_tokens",
@@ -42,8 +44,8 @@ def apply_env_sizing(cfg: DictConfig, explicit: set[str]) -> DictConfig:
     missing = object()
     unknown = {k for k in declared if OmegaConf.select(cfg, k, default=missing) is missing}
     if unknown:
-        raise ValueError(
-            f"{cls.__name__}.default_sizing names keys the config does not have: "
+        raise ConfigError(
+            f"{getattr(cls, '__name__', cfg.env.name)}.default_sizing names keys the config does not have: "
             f"{sorted(unknown)}; use full keys such as 'rollout.max_new_tokens_per_turn'"
         )
     builtin = cfg.env.name in envs.SHORT_NAMES or cfg.env.name.startswith("gspo/")
@@ -62,7 +64,7 @@ def apply_env_sizing(cfg: DictConfig, explicit: set[str]) -> DictConfig:
     for key, value in declared.items():
         if key not in explicit:
             OmegaConf.update(out, key, value, merge=False)
-    return out  # type: ignore[return-value]
+    return out
 
 
 def needs_sandbox(env_name: str) -> bool:

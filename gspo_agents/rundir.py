@@ -169,8 +169,8 @@ class tee_to_log:
     def __enter__(self) -> tee_to_log:
         self._file = self.path.open("a", encoding="utf-8")
         self._saved = sys.stdout, sys.stderr
-        sys.stdout = _Tee(sys.stdout, self._file)  # type: ignore[assignment]
-        sys.stderr = _Tee(sys.stderr, self._file)  # type: ignore[assignment]
+        sys.stdout = _Tee(sys.stdout, self._file)
+        sys.stderr = _Tee(sys.stderr, self._file)
         _active_logs.append(self._file)
         return self
 
