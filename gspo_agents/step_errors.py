@@ -4,8 +4,9 @@ A trajectory that failed (env exception, infrastructure error, engine failure, d
 marked `error`, counted and never trained on. This module makes those failures visible:
 - `ErrorReport.of_step`: the step's errors by kind; the first trajectory of each kind keeps its
   message and traceback;
-- `ErrorReport.show`: the traceback of a kind the first time the run sees it, then one line per
-  step while it recurs (the console line's `errors` column counts them every step);
+- `ErrorReport.show`: on the console, the traceback of a kind the first time the run sees it,
+  then one line per step while it recurs (the console line's `errors` column counts them every
+  step); train.log gets the console's lines and, every step, each kind's first traceback;
 - `FailedSteps`: stop the run with a clear message after `limit` consecutive steps in which not
   one trajectory could be trained on (every one failed), instead of "training" on nothing.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -45,8 +47,15 @@ class ErrorReport:
     def summary(self) -> str:
         return ", ".join(f"{kind} ×{n}" for kind, n in self.counts.most_common())
 
-    def show(self, step: int, seen: set[str], out: IO[str] | None = None) -> None:
-        """Print each kind's traceback the first time the run sees it, a line otherwise."""
+    def show(
+        self,
+        step: int,
+        seen: set[str],
+        out: IO[str] | None = None,
+        log_only: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        """Print each kind's traceback the first time the run sees it, a line otherwise; the
+        traceback of a recurring kind goes to `log_only` (train.log)."""
         out = out or sys.stderr
         for kind, n in self.counts.most_common():
             traj = self.first[kind]
@@ -54,11 +63,12 @@ class ErrorReport:
                 f"step {step}: {n}/{self.num_trajectories} trajectories failed with {kind} "
                 f"(first: task {traj.task_id!r}): {traj.error}"
             )
+            trace = traj.info.get("traceback") or "(no traceback: the failure raised nothing)\n"
             if kind in seen:
                 print(head, file=out, flush=True)
+                log_only(trace)
                 continue
             seen.add(kind)
-            trace = traj.info.get("traceback") or "(no traceback: the failure raised nothing)\n"
             print(f"{head}\n{trace}", end="", file=out, flush=True)
 
 

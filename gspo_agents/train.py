@@ -160,7 +160,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
-                report.show(step, seen_errors)
+                report.show(step, seen_errors, log_only=rundir.log_only)
                 failed_steps.record(step, report)
                 if t.save_every_steps and step % t.save_every_steps == 0 and step < t.steps:
                     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
