@@ -26,7 +26,7 @@ from gspo_agents.batching import prepare_batch, tasks_for_step
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, needs_sandbox
 from gspo_agents.interrupt import StepAbandoned, StopSignals
-from gspo_agents.step_errors import ErrorReport, FailedSteps
+from gspo_agents.step_errors import ErrorReport, FailedSteps, RunStalled
 from gspo_agents.tracking import RunTracker, drop_rows_after
 
 CONSOLE_KEYS = [
@@ -166,8 +166,11 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
         except StepAbandoned:
             print(f"abandoned step {step + 1}", file=sys.stderr, flush=True)
-        finally:
+        except RunStalled:  # after a complete step: its state is sound, keep it
             finish_run(learner, run_dir, step)
+            raise
+        # Any other exception may have struck mid-update: the last periodic checkpoint stands.
+        finish_run(learner, run_dir, step)
     if step < t.steps:
         print(
             f"stopped after step {step}/{t.steps}; checkpoint {run_dir / 'checkpoint'}. "
