@@ -125,6 +125,7 @@ class LocalServer:
         self.health_check_timeout_s = health_check_timeout_s
         self.weight_groups: dict[str, Any] = {}  # group_name -> torch ProcessGroup
         self.routing_keys: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.weight_updates = 0  # successful updates (disk or distributed) since launch
 
     # --- generation ------------------------------------------------------------------------
 
@@ -228,6 +229,7 @@ class LocalServer:
                     "forward_steps": self.engine.stats.forward_steps,
                     "max_running": self.engine.stats.max_running,
                     "routing_keys": dict(self.routing_keys),
+                    "weight_updates": self.weight_updates,
                 },
             }
         )
@@ -270,6 +272,7 @@ class LocalServer:
             await self.engine.update_weights(str(path), version)
         except (OSError, ValueError, EngineRequestError) as exc:
             return _error(f"failed to load weights from {path!r}: {exc}")
+        self.weight_updates += 1
         return JSONResponse(
             {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
         )
@@ -314,6 +317,7 @@ class LocalServer:
             )
         except EngineRequestError as exc:
             return _error(str(exc))
+        self.weight_updates += 1
         return JSONResponse({"success": True, "message": f"received {len(names)} tensors"})
 
 
