@@ -94,7 +94,9 @@ async def record_scenario(server, tiny_path: str) -> list[dict]:
     finally:
         await eng.update_weights(tiny_path, 0)
         await eng.close()
-    records += [{"path": "/pause_generation", "body": pause_body(m)} for m in ("retract", "in_place")]
+    records += [
+        {"path": "/pause_generation", "body": pause_body(m)} for m in ("retract", "in_place")
+    ]
     return records
 
 
