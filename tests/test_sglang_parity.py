@@ -120,3 +120,54 @@ async def test_a_paused_worker_is_alive_though_its_health_check_hangs(engine, se
         assert (await held).finish_reason in ("length", "stop")
         assert (await raw.get("/ready")).status_code == 200
     assert await engine.worker_health() == {server.url: True}
+
+
+async def test_an_older_server_is_read_through_the_older_names_found_once():
+    """Servers before /model_info and /server_info existed answer 404 there: the client falls
+    back to /get_model_info and /get_server_info, and tries the newer names only once."""
+    import collections
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    hits: collections.Counter[str] = collections.Counter()
+
+    def answer(body: dict):
+        async def endpoint(request: Request) -> JSONResponse:
+            return JSONResponse(body)
+
+        return endpoint
+
+    app = Starlette(
+        routes=[
+            Route("/get_server_info", answer({"weight_version": "0", "tp_size": 1})),
+            Route("/get_model_info", answer({"model_path": "m", "weight_version": "5"})),
+            Route("/health", answer({})),
+        ]
+    )
+
+    async def count(scope, receive, send):
+        if scope["type"] == "http":
+            hits[scope["path"]] += 1
+        await app(scope, receive, send)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(count, port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    eng = SGLangEngine([f"http://127.0.0.1:{port}"])
+    try:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        await eng.start()
+        assert eng.weight_version == 5  # the current version, not the launch "0"
+        for _ in range(3):
+            assert await eng.health()
+        assert hits["/model_info"] == 1 and hits["/server_info"] == 1  # found once
+        assert hits["/get_model_info"] == 4 and hits["/get_server_info"] == 1
+    finally:
+        await eng.close()
+        server.should_exit = True
+        await serving
