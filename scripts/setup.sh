@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up gspo-agents on a fresh machine:
 #   1. Python packages: CPU PyTorch unless one is installed, the project in editable mode with
-#      its test extras;
+#      its test extras (and, under CI=true or with --sglang-conformance, SGLang's request classes
+#      for the conformance test);
 #   2. the sandbox (Docker engine and daemon, bubblewrap, the sandbox image) via
 #      .ci/setup_sandbox.sh, when run as root on Debian/Ubuntu.
 # The sandbox is only needed by envs that run generated code (codeforces, mathtool). If it cannot
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-MODE=${1:-}
+FLAGS=" $* "
 
 python_packages() {
   if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -21,6 +22,10 @@ python_packages() {
       || "$PY" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
   fi
   "$PY" -m pip install -q -e ".[dev]"
+  # SGLang's request classes for the conformance test, outside this environment (see the script).
+  if [[ "${CI:-}" == "true" ]] || [[ "$FLAGS" == *" --sglang-conformance "* ]]; then
+    PYTHON="$PY" bash scripts/setup_sglang_conformance.sh
+  fi
 }
 
 sandbox_not_set_up() {  # $1: why
@@ -45,6 +50,6 @@ sandbox() {
   fi
 }
 
-[[ "$MODE" == "--sandbox-only" ]] || python_packages
-[[ "$MODE" == "--no-sandbox" ]] || sandbox
+[[ "$FLAGS" == *" --sandbox-only "* ]] || python_packages
+[[ "$FLAGS" == *" --no-sandbox "* ]] || sandbox
 echo "setup done: try 'python -m gspo_agents.train' (CPU, tiny model) or 'python -m pytest -q'"
