@@ -11,6 +11,7 @@ from sandbox import judge as judging
 from sandbox.backends.base import Backend, RunnerOutput
 from sandbox.config import SandboxConfig
 from sandbox.errors import BackendFailure, SandboxUnavailable
+from sandbox.functional import harness_request
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
 log = logging.getLogger("sandbox")
@@ -188,6 +189,7 @@ class Sandbox:
             "kill_all": self._backend.kill_all,
             "scratch_parent": self._backend.scratch_parent,
             "wipe_dirs": list(self._backend.wipe_dirs),
+            "harness": harness_request(program),
         }
 
     def _limits(self, limits: Limits) -> dict[str, Any]:

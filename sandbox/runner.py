@@ -7,7 +7,9 @@ program and reports what happened; the host judges.
 Protocol (one JSON object per line):
   host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
                    "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
-                   "scratch_parent", "wipe_dirs"}
+                   "scratch_parent", "wipe_dirs", "harness"?: {"source", "argv"}}
+                   (harness: python only; each test runs `python3 -I -c SOURCE main.py *ARGV`,
+                   see sandbox/fnharness.py)
   runner -> host   {"event": "compile", "ok", "output"}
                    {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
@@ -247,6 +249,9 @@ def compile_program(req, scratch, kill_all):
     clim = req["compile_limits"]
     if req["language"] == "python":
         ok, output = check_python_syntax(req["source"], clim)
+        harness = req.get("harness")
+        if harness:  # trusted code from argv (-I: no program-writable dir on sys.path)
+            return ["python3", "-I", "-c", harness["source"], src, *harness["argv"]], ok, output
         return ["python3", src], ok, output
     else:
         binary = os.path.join(scratch, "main")

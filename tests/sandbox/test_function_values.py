@@ -1,0 +1,96 @@
+"""The function-style value codec and equality (pure: no sandbox), and request validation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sandbox import Program
+from sandbox.functional import decode_value, encode_value, function_call, values_equal
+
+
+def roundtrip(value: object) -> object:
+    return decode_value(encode_value(value))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -(1 << 80),
+        1.5,
+        "x y\n",
+        b"\x00\xff",
+        1 + 2j,
+        [1, [2, (3, 4)]],
+        (1, "a"),
+        {1, 2, (3, 4)},
+        frozenset({frozenset({1})}),
+        {1: "a", "b": 2, (1, 2): None, "$x": 1},
+        {"plain": {"nested": [1.0]}},
+    ],
+)
+def test_codec_roundtrips_plain_values_with_their_types(value: object) -> None:
+    back = roundtrip(value)
+    assert back == value and type(back) is type(value)
+
+
+def test_codec_keeps_special_floats_and_numpy_like_values() -> None:
+    assert math.isnan(roundtrip(float("nan")))  # type: ignore[arg-type]
+    assert roundtrip(float("-inf")) == float("-inf")
+
+    class Array:
+        def tolist(self) -> list[int]:
+            return [1, 2]
+
+    assert roundtrip(Array()) == [1, 2]
+
+
+def test_codec_refuses_custom_objects_and_malformed_tags() -> None:
+    with pytest.raises(TypeError, match="not a plain value"):
+        encode_value(object())
+    for bad in ('{"$set": 1}', '{"$tuple": [1], "x": 2}', '{"$nope": []}', '{"$dict": [[1]]}'):
+        with pytest.raises((ValueError, TypeError)):
+            decode_value(bad)
+
+
+def test_equality_follows_python_after_tuple_normalisation() -> None:
+    assert values_equal([1, (2, 3)], ((1, [2, 3])))
+    assert values_equal({"a": (1, 2)}, {"a": [1, 2]})
+    assert values_equal(1.0, 1) and values_equal(True, 1)  # as Python says
+    assert values_equal({1, 2}, {2, 1}) and values_equal({1}, frozenset({1}))
+    assert not values_equal({1: "a"}, {"1": "a"})  # dict keys are not stringified
+    assert not values_equal([1, 2], {1, 2}) and not values_equal("ab", ["a", "b"])
+    assert not values_equal(float("nan"), float("nan"))
+    assert not values_equal([1], [1, 1]) and not values_equal({"a": 1}, {"a": 1, "b": 2})
+
+
+def test_function_call_validates_rows() -> None:
+    with pytest.raises(ValueError, match="Class.method"):
+        function_call("def f(): pass", "f; import os", [{"args": [], "expected": 1}])
+    with pytest.raises(ValueError, match="args"):
+        function_call("def f(): pass", "f", [{"expected": 1}])
+    with pytest.raises(ValueError, match="does not parse"):
+        function_call("def f(): pass", "f", [{"check": "def check(c):\n  assert ("}])
+    with pytest.raises(ValueError, match="unknown key"):
+        function_call("def f(): pass", "f", [{"args": [], "expect": 1}])
+    with pytest.raises(ValueError, match="not a plain value"):
+        function_call("def f(): pass", "f", [{"args": [object()]}])
+    with pytest.raises(ValueError, match="python"):
+        Program("cpp", "int main(){}", entry="f")
+
+
+def test_expected_values_never_reach_the_program_source() -> None:
+    """The nonce and the expected value travel in the test payload only (to the trusted
+    parent); the program is the submission, untouched."""
+    program, tests = function_call("def f(x): return x", "f", [{"args": [1], "expected": 987}])
+    assert program.source == "def f(x): return x" and program.entry == "f"
+    payload = json.loads(tests[0].stdin)
+    assert decode_value(payload["expected"]) == 987
+    assert tests[0].expected == f"{payload['nonce']} OK" and len(payload["nonce"]) == 32
+    _, again = function_call("def f(x): return x", "f", [{"args": [1], "expected": 987}])
+    assert json.loads(again[0].stdin)["nonce"] != payload["nonce"]
