@@ -10,8 +10,10 @@ tmpfs), network access (a private network namespace with only loopback), reading
 minimal read-only root; the project, /root and host temp dirs are not there), writing outside the
 per-run scratch directory, host environment variables (cleared), signalling or outliving the
 supervisor (pid namespaces; leftover processes are killed after every test), privilege (an
-unprivileged uid, no capabilities, no-new-privileges), and seeing the expected output (judging
-happens on the host; the answer never enters the program's sandbox).
+unprivileged uid, no capabilities, no-new-privileges), seeing the expected output (judging
+happens on the host; the answer never enters the program's sandbox), and forging a
+function-style result (a trusted harness process that never runs submitted code holds the
+result channel and the expected values; see sandbox/fnharness.py).
 
 What it does NOT protect against: kernel vulnerabilities (all backends share the host kernel;
 use gVisor/Kata/VMs if your threat model includes kernel exploits), side channels and timing
