@@ -262,3 +262,27 @@ async def test_function_style_verdicts(one_slot: Sandbox) -> None:
     result = await one_slot.run(*function_call(source, "Solution.twice", cases), LIMITS)
     assert [t.verdict for t in result.tests] == [Verdict.OK, Verdict.OK, Verdict.WA], result
     await next_run_is_clean(one_slot)
+
+
+async def test_values_compare_as_python_not_as_json(one_slot: Sandbox) -> None:
+    """The problem list's cases: 1.0 vs 1 and True vs 1 were WA, {1: "a"} vs {"1": "a"} was
+    OK and a returned set was RE under canonical-JSON comparison."""
+    source = (
+        "def one_float(): return 1.0\n"
+        "def true(): return True\n"
+        "def int_keys(): return {1: 'a'}\n"
+        "def a_set(): return {3, 1, 2}\n"
+    )
+    checks = [
+        ("one_float", 1, Verdict.OK),
+        ("true", 1, Verdict.OK),
+        ("int_keys", {"1": "a"}, Verdict.WA),
+        ("int_keys", {1: "a"}, Verdict.OK),
+        ("a_set", {1, 2, 3}, Verdict.OK),
+        ("a_set", [1, 2, 3], Verdict.WA),
+    ]
+    for name, expected, verdict in checks:
+        result = await one_slot.run(
+            *function_call(source, name, [{"args": [], "expected": expected}]), LIMITS
+        )
+        assert result.verdict is verdict, (name, expected, result)

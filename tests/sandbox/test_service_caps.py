@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sbtest_util import ISOLATING_BACKENDS
 from test_sandbox_service import AB_PY, _start, _stop
 
 from sandbox.service import ServiceConfig
@@ -153,3 +154,31 @@ def test_limits_at_the_maxima_still_run(url: str) -> None:
     )
     reply = httpx.post(url + "/judge", json=body, timeout=120)
     assert reply.status_code == 200 and reply.json()["verdict"] == "OK", reply.text
+
+
+@pytest.mark.parametrize("backend", ISOLATING_BACKENDS)
+def test_capped_limits_on_every_backend(backend: str) -> None:
+    """The problem list's requests are refused before any backend runs them, and a request at
+    the maxima runs correctly on each backend."""
+    proc, base = _start(backend, "--max-concurrency", "1")
+    try:
+        for limits in ({"processes": 400}, {"output_bytes": 200_000_000}, {"memory_mb": 1e999}):
+            reply = _post_raw(base, "/judge", json.dumps(judge_body(**limits)))
+            assert reply.status_code == 400, (limits, reply.text)
+        forks = (
+            "import os, time\nkids = 0\n"
+            "for _ in range(300):\n"
+            "    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+            "    if pid == 0:\n        time.sleep(2); os._exit(0)\n    kids += 1\n"
+            "print(kids)\n"
+        )
+        body = judge_body(processes=CAPS.max_processes, output_bytes=CAPS.max_output_bytes)
+        body["source"], body["tests"] = forks, [{"stdin": ""}]
+        reply = httpx.post(base + "/judge", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        test = reply.json()["tests"][0]
+        assert test["verdict"] == "OK", test
+        # the cap held (up to the few processes of the backend's own margin), not 300
+        assert int(test["stdout"]) <= CAPS.max_processes + 4, test
+    finally:
+        _stop(proc)
