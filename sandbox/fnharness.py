@@ -123,18 +123,31 @@ def decode(data):
     return json.loads(data, object_hook=_tagged)
 
 
-def values_equal(got, expected):
+def values_equal(got, expected, abs_tol=0.0, rel_tol=0.0):
     """Python `==` after one normalisation: a tuple equals the list with the same items
     (recursively, also inside dict values). Sets, dict keys (1 and "1" differ; 1, 1.0 and True
-    are equal, as in Python), NaN (never equal) and everything else follow Python."""
+    are equal, as in Python), NaN (never equal) and everything else follow Python. With a
+    tolerance, two numbers (not booleans) at any depth also match when |got - expected| is
+    within abs_tol or within rel_tol * |expected|."""
     seq = (list, tuple)
     if isinstance(got, seq) and isinstance(expected, seq):
-        return len(got) == len(expected) and all(map(values_equal, got, expected))
+        return len(got) == len(expected) and all(
+            values_equal(g, e, abs_tol, rel_tol) for g, e in zip(got, expected)
+        )
     if isinstance(got, dict) and isinstance(expected, dict):
         if got.keys() != expected.keys():
             return False
-        return all(values_equal(got[k], expected[k]) for k in expected)
-    return got == expected
+        return all(values_equal(got[k], expected[k], abs_tol, rel_tol) for k in expected)
+    if got == expected:
+        return True
+    if (abs_tol or rel_tol) and _number(got) and _number(expected):
+        diff = abs(got - expected)
+        return diff <= abs_tol or diff <= rel_tol * abs(expected)
+    return False
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def shorten(value, limit=200):
@@ -438,7 +451,7 @@ def _run_call(link, payload, nonce):
     if "expected" not in payload:
         return _verdict(nonce, True, "")
     expected = decode(payload["expected"])
-    ok = values_equal(got, expected)
+    ok = values_equal(got, expected, payload.get("abs_tol", 0.0), payload.get("rel_tol", 0.0))
     return _verdict(nonce, ok, f"returned {shorten(got)}, expected {shorten(expected)}")
 
 

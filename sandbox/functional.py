@@ -12,7 +12,9 @@ Two test kinds, one TestCase each:
   items (at any depth, also inside dict values). Everything else is Python's `==`: sets compare
   as sets, 1 == 1.0 == True, dict keys are never stringified ({1: "a"} != {"1": "a"}), NaN never
   equals anything. A value of another type (a custom class) is a wrong answer. Without
-  "expected" the test passes when the function returns.
+  "expected" the test passes when the function returns. Optional "abs_tol" / "rel_tol": numbers
+  (at any depth) also match within that tolerance (for `assert abs(f(x) - v) < tol` tests).
+  The run's JudgeSpec does not apply to these tests (their output is a verdict line).
 - check:  {"check": code}: HumanEval-style test code. When it defines `check`, `check(candidate)`
   runs; otherwise the code runs with `candidate` and the function's own name bound (MBPP-style
   `assert add(1, 2) == 3` lines). AssertionError, or any error the test code itself raises
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,7 +51,7 @@ HARNESS_SOURCE = Path(fnharness.__file__).read_text()
 encode_value = fnharness.encode
 decode_value = fnharness.decode
 values_equal = fnharness.values_equal
-_KEYS = {"args", "kwargs", "expected", "check"}
+_KEYS = {"args", "kwargs", "expected", "check", "abs_tol", "rel_tol"}
 
 
 def harness_request(program: Program) -> dict[str, Any] | None:
@@ -99,7 +102,18 @@ def _test(index: int, case: Mapping[str, Any]) -> TestCase:
     if "expected" not in case:
         return TestCase(json.dumps(payload), None)
     payload["expected"] = _encoded(index, "expected", case["expected"])
+    for key in ("abs_tol", "rel_tol"):
+        if key in case:
+            payload[key] = _tolerance(index, key, case[key])
     return TestCase(json.dumps(payload), f"{nonce} OK")
+
+
+def _tolerance(index: int, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"function test {index}: '{key}' must be a number, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"function test {index}: '{key}' must be finite and >= 0, got {value}")
+    return float(value)
 
 
 def _encoded(index: int, key: str, value: Any) -> str:
@@ -111,7 +125,7 @@ def _encoded(index: int, key: str, value: Any) -> str:
 
 def _check_payload(index: int, case: Mapping[str, Any], nonce: str) -> str:
     if set(case) != {"check"}:
-        raise ValueError(f"function test {index}: 'check' takes no 'args'/'expected'")
+        raise ValueError(f"function test {index}: 'check' takes no other keys, got {sorted(case)}")
     code = case["check"]
     if not isinstance(code, str):
         raise ValueError(f"function test {index}: 'check' must be Python source (a string)")

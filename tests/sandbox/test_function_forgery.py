@@ -286,3 +286,6 @@ async def test_values_compare_as_python_not_as_json(one_slot: Sandbox) -> None:
             *function_call(source, name, [{"args": [], "expected": expected}]), LIMITS
         )
         assert result.verdict is verdict, (name, expected, result)
+    tolerant = [{"args": [], "expected": 1.0000001, "abs_tol": 1e-6}, {"args": [], "expected": 1.1}]
+    result = await one_slot.run(*function_call(source, "one_float", tolerant), LIMITS)
+    assert [t.verdict for t in result.tests] == [Verdict.OK, Verdict.WA], result

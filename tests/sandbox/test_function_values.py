@@ -94,3 +94,12 @@ def test_expected_values_never_reach_the_program_source() -> None:
     assert tests[0].expected == f"{payload['nonce']} OK" and len(payload["nonce"]) == 32
     _, again = function_call("def f(x): return x", "f", [{"args": [1], "expected": 987}])
     assert json.loads(again[0].stdin)["nonce"] != payload["nonce"]
+
+
+def test_tolerance_applies_to_numbers_at_any_depth_only() -> None:
+    assert values_equal([1.0000001, {"a": 2.0}], [1, {"a": 2.0000001}], 1e-6)
+    assert not values_equal(1.1, 1, 1e-6) and values_equal(1.1, 1, 0, 0.2)
+    assert not values_equal(True, 1.0000001, 1e-3)  # booleans are not numbers here
+    assert not values_equal("1.0", 1.0, 1.0)
+    with pytest.raises(ValueError, match="abs_tol"):
+        function_call("def f(): pass", "f", [{"args": [], "expected": 1, "abs_tol": -1}])
