@@ -10,10 +10,8 @@ tmpfs), network access (a private network namespace with only loopback), reading
 minimal read-only root; the project, /root and host temp dirs are not there), writing outside the
 per-run scratch directory, host environment variables (cleared), signalling or outliving the
 supervisor (pid namespaces; leftover processes are killed after every test), privilege (an
-unprivileged uid, no capabilities, no-new-privileges), seeing the expected output (judging
-happens on the host; the answer never enters the program's sandbox), and forging a
-function-style result (a trusted harness process that never runs submitted code holds the
-result channel and the expected values; see sandbox/fnharness.py).
+unprivileged uid, no capabilities, no-new-privileges), and seeing the expected output (judging
+happens on the host; the answer never enters the program's sandbox).
 
 What it does NOT protect against: kernel vulnerabilities (all backends share the host kernel;
 use gVisor/Kata/VMs if your threat model includes kernel exploits), side channels and timing
@@ -21,6 +19,10 @@ attacks, denial of service through shared hardware (CPU caches, memory bandwidth
 and anything at all with backend="unsafe-local", which runs code as a plain host subprocess and
 exists only behind an explicit allow_unsafe_local=True. Limits are per test, not per machine:
 many concurrent runs can still use max_concurrency x the per-run memory.
+
+Function-style results (sandbox.functional) cannot be forged by the submission: a trusted
+harness process that never runs submitted code holds the result channel and the expected values
+(sandbox/fnharness.py).
 
 This package imports neither torch, gspo_agents nor envs.
 """

@@ -182,6 +182,7 @@ class Sandbox:
         return {
             "language": program.language,
             "source": program.source,
+            "harness": harness_request(program),
             "tests": tests,
             "limits": self._limits(limits),
             "compile_limits": self._limits(COMPILE_LIMITS),
@@ -189,7 +190,6 @@ class Sandbox:
             "kill_all": self._backend.kill_all,
             "scratch_parent": self._backend.scratch_parent,
             "wipe_dirs": list(self._backend.wipe_dirs),
-            "harness": harness_request(program),
         }
 
     def _limits(self, limits: Limits) -> dict[str, Any]:

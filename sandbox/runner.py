@@ -7,9 +7,7 @@ program and reports what happened; the host judges.
 Protocol (one JSON object per line):
   host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
                    "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
-                   "scratch_parent", "wipe_dirs", "harness"?: {"source", "argv"}}
-                   (harness: python only; each test runs `python3 -I -c SOURCE main.py *ARGV`,
-                   see sandbox/fnharness.py)
+                   "scratch_parent", "wipe_dirs"}
   runner -> host   {"event": "compile", "ok", "output"}
                    {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
@@ -239,6 +237,17 @@ def classify(reason, code, cpu, mem_mb, stderr, lim):
     return "ok", ""
 
 
+def harness_argv(req, run_argv):
+    """With a request's "harness": {"source", "argv"} (python; function-style tests, see
+    sandbox/fnharness.py) each test runs `python3 -I -c SOURCE main.py *ARGV`: trusted code from
+    the command line, not from a file the program could replace, and -I keeps the
+    program-writable directories off sys.path."""
+    harness = req.get("harness")
+    if not harness or req["language"] != "python":
+        return run_argv
+    return ["python3", "-I", "-c", harness["source"], *run_argv[1:], *harness["argv"]]
+
+
 def compile_program(req, scratch, kill_all):
     """Return (argv, ok, output)."""
     src = os.path.join(scratch, "main.py" if req["language"] == "python" else "main.cpp")
@@ -249,9 +258,6 @@ def compile_program(req, scratch, kill_all):
     clim = req["compile_limits"]
     if req["language"] == "python":
         ok, output = check_python_syntax(req["source"], clim)
-        harness = req.get("harness")
-        if harness:  # trusted code from argv (-I: no program-writable dir on sys.path)
-            return ["python3", "-I", "-c", harness["source"], src, *harness["argv"]], ok, output
         return ["python3", src], ok, output
     else:
         binary = os.path.join(scratch, "main")
@@ -322,7 +328,7 @@ def handle(req):
         run_argv, ok, output = compile_program(req, scratch, req["kill_all"])
         emit({"event": "compile", "ok": ok, "output": output[-STDERR_CAP:]})
         if ok:
-            run_tests(req, scratch, run_argv)
+            run_tests(req, scratch, harness_argv(req, run_argv))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         for shared in req.get("wipe_dirs") or ():

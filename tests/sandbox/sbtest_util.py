@@ -21,13 +21,12 @@ def _missing(name: str, reason: str) -> None:
     pytest.skip(message)
 
 
-def make_sandbox(name: str, *, max_concurrency: int = 2, **options: object) -> Sandbox:
-    """Sandbox.create(name), failing (CI) or skipping (elsewhere) when it cannot run here.
-    With max_concurrency=1 consecutive runs use the same slot (uid; warm container)."""
+def make_sandbox(name: str, *, concurrency: int = 2, **options: object) -> Sandbox:
+    """Sandbox.create(name), failing (CI) or skipping (elsewhere) when it cannot run here."""
     if name in _unavailable:
         _missing(name, _unavailable[name])
     try:
-        return Sandbox.create(name, max_concurrency=max_concurrency, **options)  # type: ignore[arg-type]
+        return Sandbox.create(name, max_concurrency=concurrency, **options)  # type: ignore[arg-type]
     except SandboxUnavailable as exc:
         _unavailable[name] = str(exc)
         _missing(name, str(exc))

@@ -139,7 +139,7 @@ def f(x):
 
 @pytest.fixture(params=ISOLATING_BACKENDS)
 async def one_slot(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
-    sb = make_sandbox(request.param, max_concurrency=1)
+    sb = make_sandbox(request.param, concurrency=1)
     try:
         yield sb
     finally:
