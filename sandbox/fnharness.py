@@ -33,7 +33,6 @@ that have a key starting with "$"), ``{"$int": "0x..."}`` (beyond 64 bits), ``{"
 """
 
 import builtins
-import json
 import os
 import signal
 import sys
@@ -88,7 +87,7 @@ def _plain(value, depth=0):
 def encode(value):
     """Bytes that `decode` turns back into an equal plain value; raises Unencodable."""
     try:
-        return json.dumps(_plain(value), separators=(",", ":")).encode()
+        return dumps(_plain(value)).encode()
     except (RecursionError, ValueError) as exc:
         raise Unencodable(str(exc)) from None
 
@@ -120,7 +119,67 @@ def _tagged(obj):
 
 def decode(data):
     """Plain built-in values only; raises ValueError (or RecursionError) on anything else."""
-    return json.loads(data, object_hook=_tagged)
+    return loads(data, _tagged)
+
+
+# ---- JSON on the C accelerator alone ----------------------------------------------------------
+# `import json` costs ~7 ms per test here (it imports re and enum), more than the rest of the
+# harness; `_json` alone is enough for compact JSON. The json module is the fallback.
+_CONSTANTS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+class _ScanContext:
+    """The attributes `_json.make_scanner` reads (those of a json.JSONDecoder)."""
+
+    strict = True
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+    def __init__(self, object_hook):
+        self.object_hook = object_hook
+
+
+def _refuse(value):
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+try:
+    import _json
+
+    _ENCODE = _json.make_encoder(
+        None, _refuse, _json.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+    _SCANNERS = {None: _json.make_scanner(_ScanContext(None))}
+    _SCANNERS[_tagged] = _json.make_scanner(_ScanContext(_tagged))
+except (ImportError, AttributeError, TypeError):  # another Python: the plain json module
+    _ENCODE = _SCANNERS = None
+
+
+def dumps(obj):
+    """Compact JSON text (NaN and Infinity allowed, as Python's json writes them)."""
+    if _ENCODE is None:
+        import json
+
+        return json.dumps(obj, separators=(",", ":"))
+    return "".join(_ENCODE(obj, 0))
+
+
+def loads(data, object_hook=None):
+    """Parse one JSON document (str or UTF-8 bytes); ValueError if it is not exactly one."""
+    text = data.decode() if isinstance(data, (bytes, bytearray)) else data
+    if _SCANNERS is None:
+        import json
+
+        return json.loads(text, object_hook=object_hook)
+    try:
+        value, end = _SCANNERS[object_hook](text, 0)
+    except StopIteration as exc:
+        raise ValueError(f"not JSON at character {exc.value}") from None
+    if end != len(text):
+        raise ValueError(f"extra data after JSON at character {end}")
+    return value
 
 
 def values_equal(got, expected, abs_tol=0.0, rel_tol=0.0):
@@ -157,7 +216,7 @@ def shorten(value, limit=200):
 
 # ---- framing -------------------------------------------------------------------------------
 def send(fd, obj):
-    data = json.dumps(obj, separators=(",", ":")).encode()
+    data = dumps(obj).encode()
     view = memoryview(len(data).to_bytes(4, "big") + data)
     while view:
         view = view[os.write(fd, view) :]
@@ -209,7 +268,7 @@ def child_main(source_path, requests, replies):
         request = receive(requests)
         if request is None:
             os._exit(0)
-        send(replies, _call(function, entry, json.loads(request)))
+        send(replies, _call(function, entry, loads(request)))
 
 
 def _load(source_path, entry):
@@ -323,7 +382,7 @@ def _take_payload():
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    return json.loads(data)
+    return loads(data)
 
 
 class Link:
@@ -352,7 +411,7 @@ class Link:
         if data is None:
             raise ChildGone("the submission's process ended before answering")
         try:
-            reply = json.loads(data)
+            reply = loads(data)
         except ValueError:
             raise ChildGone("the submission's process sent an unreadable reply") from None
         if type(reply) is not dict:

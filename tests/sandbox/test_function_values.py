@@ -103,3 +103,21 @@ def test_tolerance_applies_to_numbers_at_any_depth_only() -> None:
     assert not values_equal("1.0", 1.0, 1.0)
     with pytest.raises(ValueError, match="abs_tol"):
         function_call("def f(): pass", "f", [{"args": [], "expected": 1, "abs_tol": -1}])
+
+
+def test_the_fast_json_path_agrees_with_the_json_module() -> None:
+    from sandbox import fnharness
+
+    assert fnharness._ENCODE is not None  # this Python has the accelerator: the fast path runs
+    samples = [None, True, -3, 1e300, float("inf"), "é\n\"", [1, {"a": [None]}], {"k": 1.5}]
+    for value in samples:
+        text = fnharness.dumps(value)
+        assert text == json.dumps(value, separators=(",", ":"))
+        assert json.loads(text) == fnharness.loads(text) or value != value
+    assert math.isnan(fnharness.loads("NaN"))
+    assert fnharness.loads('[1, {"a": 2}]') == [1, {"a": 2}]  # whitespace inside is fine
+    for bad in ("[1] 2", "", "[1,", "{'a': 1}", "nul"):
+        with pytest.raises(ValueError):
+            fnharness.loads(bad)
+    with pytest.raises(RecursionError):
+        fnharness.loads("[" * 100_000 + "]" * 100_000)
