@@ -150,10 +150,24 @@ async def one_slot(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
         await sb.aclose()
 
 
+HONEST = """
+import glob, os
+def leftovers():
+    mine = {1, os.getpid(), os.getppid()}
+    found = [f"pid {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in mine]
+    for pattern in ("/tmp/*.py", "/tmp/**/*.py", os.path.expanduser("~/*.py"), "../*.py"):
+        found += [p for p in glob.glob(pattern, recursive=True) if not p.endswith("main.py")]
+    return found
+def f(x):
+    return leftovers() or x + 1
+"""
+
+
 async def next_run_is_clean(sb: Sandbox) -> None:
-    """The same slot judges an honest submission exactly as a fresh one would."""
+    """The same slot judges an honest submission exactly as a fresh one would, and it sees no
+    process or planted module of the run before."""
     cases = [{"args": [41], "expected": 42}, {"args": [1], "expected": 3}]
-    result = await sb.run(*function_call("def f(x):\n    return x + 1\n", "f", cases), LIMITS)
+    result = await sb.run(*function_call(HONEST, "f", cases), LIMITS)
     assert [t.verdict for t in result.tests] == [Verdict.OK, Verdict.WA], result
 
 
