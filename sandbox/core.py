@@ -11,7 +11,7 @@ from sandbox import judge as judging
 from sandbox.backends.base import Backend, RunnerOutput
 from sandbox.config import SandboxConfig
 from sandbox.errors import BackendFailure, SandboxUnavailable
-from sandbox.functional import harness_request
+from sandbox.functional import apply_judge, harness_request
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
 log = logging.getLogger("sandbox")
@@ -134,7 +134,7 @@ class Sandbox:
         early_stop: bool = False,
     ) -> RunResult:
         """Compile once, run every test under `limits`, judge on the host."""
-        tests = list(tests)
+        tests = apply_judge(program, list(tests), judge)
         if not tests:
             raise ValueError("Sandbox.run needs at least one TestCase")
         interactive = early_stop and judge.mode != "checker"

@@ -13,8 +13,9 @@ Two test kinds, one TestCase each:
   as sets, 1 == 1.0 == True, dict keys are never stringified ({1: "a"} != {"1": "a"}), NaN never
   equals anything. A value of another type (a custom class) is a wrong answer. Without
   "expected" the test passes when the function returns. Optional "abs_tol" / "rel_tol": numbers
-  (at any depth) also match within that tolerance (for `assert abs(f(x) - v) < tol` tests).
-  The run's JudgeSpec does not apply to these tests (their output is a verdict line).
+  (at any depth) also match within that tolerance (for `assert abs(f(x) - v) < tol` tests);
+  a run with JudgeSpec(mode="float") gives its tolerances to every value test without its own.
+  Other JudgeSpec modes do not change how values compare (the tests' output is a verdict line).
 - check:  {"check": code}: HumanEval-style test code. When it defines `check`, `check(candidate)`
   runs; otherwise the code runs with `candidate` and the function's own name bound (MBPP-style
   `assert add(1, 2) == 3` lines). AssertionError, or any error the test code itself raises
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import fnharness
-from sandbox.types import Program, TestCase
+from sandbox.types import JudgeSpec, Program, TestCase
 
 HARNESS_SOURCE = Path(fnharness.__file__).read_text()
 encode_value = fnharness.encode
@@ -59,6 +60,25 @@ def harness_request(program: Program) -> dict[str, Any] | None:
     if program.entry is None:
         return None
     return {"source": HARNESS_SOURCE, "argv": [program.entry]}
+
+
+def apply_judge(program: Program, tests: list[TestCase], judge: JudgeSpec) -> list[TestCase]:
+    """JudgeSpec(mode="float") on function-style value tests: its tolerances apply to the
+    numbers they compare (a test's own abs_tol / rel_tol wins). Other modes change nothing."""
+    if program.entry is None or judge.mode != "float":
+        return tests
+    out = []
+    for test in tests:
+        try:
+            payload = json.loads(test.stdin)
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict) and "expected" in payload:
+            payload.setdefault("abs_tol", judge.abs_tol)
+            payload.setdefault("rel_tol", judge.rel_tol)
+            test = TestCase(json.dumps(payload), test.expected)
+        out.append(test)
+    return out
 
 
 def function_program(source: str, function_name: str) -> Program:

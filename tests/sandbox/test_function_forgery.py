@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 from sbtest_util import ISOLATING_BACKENDS, make_sandbox
 
-from sandbox import Limits, Sandbox, Verdict
+from sandbox import JudgeSpec, Limits, Sandbox, Verdict
 from sandbox.functional import function_call
 
 LIMITS = Limits(time_s=2, wall_time_s=10)
@@ -307,3 +307,8 @@ async def test_values_compare_as_python_not_as_json(one_slot: Sandbox) -> None:
     tolerant = [{"args": [], "expected": 1.0000001, "abs_tol": 1e-6}, {"args": [], "expected": 1.1}]
     result = await one_slot.run(*function_call(source, "one_float", tolerant), LIMITS)
     assert [t.verdict for t in result.tests] == [Verdict.OK, Verdict.WA], result
+    float_judge = JudgeSpec(mode="float", abs_tol=1e-3, rel_tol=0)
+    result = await one_slot.run(
+        *function_call(source, "one_float", [{"args": [], "expected": 1.0005}]), LIMITS, float_judge
+    )
+    assert result.verdict is Verdict.OK, result

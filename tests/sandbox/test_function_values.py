@@ -109,7 +109,7 @@ def test_the_fast_json_path_agrees_with_the_json_module() -> None:
     from sandbox import fnharness
 
     assert fnharness._ENCODE is not None  # this Python has the accelerator: the fast path runs
-    samples = [None, True, -3, 1e300, float("inf"), "é\n\"", [1, {"a": [None]}], {"k": 1.5}]
+    samples = [None, True, -3, 1e300, float("inf"), 'é\n"', [1, {"a": [None]}], {"k": 1.5}]
     for value in samples:
         text = fnharness.dumps(value)
         assert text == json.dumps(value, separators=(",", ":"))
