@@ -151,10 +151,9 @@ try:
     _ENCODE = _json.make_encoder(
         None, _refuse, _json.encode_basestring_ascii, None, ":", ",", False, False, True
     )
-    _SCANNERS = {None: _json.make_scanner(_ScanContext(None))}
-    _SCANNERS[_tagged] = _json.make_scanner(_ScanContext(_tagged))
+    _SCANNERS: dict = {hook: _json.make_scanner(_ScanContext(hook)) for hook in (None, _tagged)}  # type: ignore[arg-type]
 except (ImportError, AttributeError, TypeError):  # another Python: the plain json module
-    _ENCODE = _SCANNERS = None
+    _ENCODE = _SCANNERS = None  # type: ignore[assignment]
 
 
 def dumps(obj):

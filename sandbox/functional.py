@@ -98,6 +98,22 @@ def function_call(
     return function_program(source, function_name), function_tests(cases)
 
 
+def function_case(test: TestCase) -> dict[str, Any]:
+    """The row a function-style TestCase was made from (for inspection and tests): {"args" |
+    "kwargs", "expected"?, "abs_tol"?, "rel_tol"?} or {"check"}. Raises ValueError otherwise."""
+    try:
+        payload = json.loads(test.stdin)
+        if "check" in payload:
+            return {"check": payload["check"]}
+        args = decode_value(payload["args"])
+        row = {"kwargs" if isinstance(args, dict) else "args": args}
+        if "expected" in payload:
+            row["expected"] = decode_value(payload["expected"])
+        return row | {k: payload[k] for k in ("abs_tol", "rel_tol") if k in payload}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a function-style test: {test.stdin[:100]!r}") from exc
+
+
 def _test(index: int, case: Mapping[str, Any]) -> TestCase:
     if not isinstance(case, Mapping):
         raise ValueError(f"function test {index}: must be an object, got {case!r:.100}")
@@ -118,7 +134,7 @@ def _test(index: int, case: Mapping[str, Any]) -> TestCase:
     if isinstance(args, dict) and not all(isinstance(k, str) for k in args):
         raise ValueError(f"function test {index}: 'kwargs' keys must be strings")
     positional = list(args) if isinstance(args, tuple) else args
-    payload = {"nonce": nonce, "args": _encoded(index, "args", positional)}
+    payload: dict[str, Any] = {"nonce": nonce, "args": _encoded(index, "args", positional)}
     if "expected" not in case:
         return TestCase(json.dumps(payload), None)
     payload["expected"] = _encoded(index, "expected", case["expected"])

@@ -237,7 +237,9 @@ def classify(reason, code, cpu, mem_mb, stderr, lim):
     return "ok", ""
 
 
-HARNESS_CODE = {}  # harness source -> its marshalled code object (hex), compiled once per runner
+HARNESS_CODE: dict[
+    str, str
+] = {}  # harness source -> its marshalled code object (hex), compiled once per runner
 HARNESS_BOOT = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))), {'__name__': '__main__'})"
 
 

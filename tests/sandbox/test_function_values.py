@@ -121,3 +121,17 @@ def test_the_fast_json_path_agrees_with_the_json_module() -> None:
             fnharness.loads(bad)
     with pytest.raises(RecursionError):
         fnharness.loads("[" * 100_000 + "]" * 100_000)
+
+
+def test_function_case_reads_a_test_back() -> None:
+    from sandbox.functional import function_case
+
+    rows = [
+        {"args": [[2, 7], (1, 2)], "expected": {1: "a"}, "abs_tol": 0.5},
+        {"kwargs": {"x": 1}},
+        {"check": "assert f(1) == 2"},
+    ]
+    _, tests = function_call("def f(x): return x", "f", rows)
+    assert [function_case(t) for t in tests] == rows
+    with pytest.raises(ValueError, match="not a function-style test"):
+        function_case(tests[0].__class__("1 2\n", "3"))
