@@ -288,6 +288,9 @@ class RolloutManager:
             )
             traj.reward = float(reward)
             traj.turn_rewards.append(float(info.get("turn_reward", reward)))
+            if info.get("verify_error"):  # scored (0) and kept, but counted and shown
+                stats.verify_errors += 1
+                traj.info["verify_error"] = str(info["verify_error"])
             if terminated:
                 traj.status = Status.COMPLETE
                 return
