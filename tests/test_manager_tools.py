@@ -81,7 +81,9 @@ class ScriptedEngine:
         self.weight_version = 0
         self.stop = ChatFormat(tokenizer).stop_token_ids[0]
 
-    async def generate(self, input_ids, sampling: SamplingParams, request_id: str) -> Generation:
+    async def generate(
+        self, input_ids, sampling: SamplingParams, request_id: str, route_key: str | None = None
+    ) -> Generation:
         text = self.texts[self.calls % len(self.texts)]
         self.calls += 1
         ids = self.tok.encode(text, add_special_tokens=False) + [self.stop]
