@@ -81,6 +81,7 @@ class CodeAgentEnv(ToolEnv):
         self.exec_timeout_s = exec_timeout_s
         self.session_cpu_s = session_cpu_s
         self._submitted = False
+        self._edits = 0  # edit calls with valid arguments this episode
         self._last: dict[str, Any] = {}
 
     # -- data -----------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ class CodeAgentEnv(ToolEnv):
         from sandbox.session_api import SessionLimits
 
         task = self._require_task()
-        self._submitted, self._last = False, {}
+        self._submitted, self._last, self._edits = False, {}, 0
         limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
         ws = await self.session.open(limits)
         try:
@@ -169,6 +170,7 @@ class CodeAgentEnv(ToolEnv):
             path: file path.
             content: the new text.
         """
+        self._edits += 1
         await self._write(path, content)
         return f"wrote {len(content)} characters to {path}"
 
@@ -181,6 +183,7 @@ class CodeAgentEnv(ToolEnv):
             old: exact text to replace.
             new: replacement text.
         """
+        self._edits += 1
         text = await self._read(path)
         count = text.count(old) if old else 0
         if count != 1:
@@ -234,10 +237,13 @@ class CodeAgentEnv(ToolEnv):
         return fraction + self.format_reward * self._well_formed_frac()
 
     def _well_formed_frac(self) -> float:
-        """Share of the episode's tool calls that parsed (0 without any call): the optional
-        shaping term, bounded, so many calls cannot earn more than one good one."""
+        """Share of the episode's tool calls that parsed, 0 unless an edit (write_file or
+        str_replace) was called with valid arguments: the optional shaping term, bounded, so many
+        calls cannot earn more than one good one."""
         attempts = self.counters["tool_call_attempts"]
-        return (attempts - self.counters["parse_failures"]) / attempts if attempts else 0.0
+        if not attempts or not self._edits:  # `submit` alone must not earn it (a 200-step run
+            return 0.0  # without this rule collapsed to calling only submit)
+        return (attempts - self.counters["parse_failures"]) / attempts
 
     async def _run_hidden(self) -> list[dict[str, Any]]:
         """The hidden calls' results, run after the agent's processes are gone."""

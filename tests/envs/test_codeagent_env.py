@@ -191,11 +191,17 @@ def test_mathtool_v1_keeps_python_state_between_tool_calls(backend):
 def test_format_reward_is_bounded_and_needs_a_parsed_call(backend):
     async def main():
         scores = []
-        for action in (call("submit"), "<tool_call>{bad</tool_call>" + call("submit"), "no calls"):
+        edit = call("str_replace", path="calc.py", old="nope", new="x")
+        for action in (
+            edit + call("submit"),
+            edit + "<tool_call>{bad</tool_call>" + call("submit"),
+            call("submit"),  # no edit: no shaping
+            "no calls",
+        ):
             env = await started(backend, format_reward=0.5)
             scores.append((await env.astep(action))[1])
             await env.aclose()
-        assert scores == [0.5, 0.25, 0.0]  # hidden tests 0 throughout (the bug is still there)
+        assert scores == [0.5, pytest.approx(1 / 3), 0.0, 0.0]  # hidden tests 0 throughout
         with pytest.raises(ValueError, match="format_reward"):
             CodeAgentEnv(format_reward=2.0)
 
