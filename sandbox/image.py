@@ -42,8 +42,7 @@ IDENTITY_FILES = {
     "etc/hostname": "sandbox\n",
     "etc/resolv.conf": "",
     "etc/hosts": (
-        "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n"
-        "::1\tlocalhost ip6-localhost ip6-loopback\n"
+        "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     ),
 }
 IMAGE_REPO = "gspo-sandbox"
