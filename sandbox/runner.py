@@ -55,8 +55,8 @@ PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 MIB = 1 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SETUP_FAILED = 3  # exit code of a syntax-check child whose setup failed (it runs no user code)
 CTL_GROUPS = None  # cgroup fds received over --ctl (docker); used when a request has none
-SECCOMP_STATUS: list = []  # [''] once the filter was seen to work, [why] if it cannot be loaded
 
 
 def set_nondumpable():
@@ -98,9 +98,14 @@ def apply_limits(lim):
 
 
 def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
-    """Fork a child that execs argv under lim in tree; return (pid, stdout_fd, stderr_fd)."""
+    """Fork a child that execs argv under lim in tree; return (pid, stdout_fd, stderr_fd).
+
+    Whatever fails before exec (joining the cgroup, the seccomp filter, exec itself) is ours,
+    not the program's: the child reports it on a close-on-exec pipe, which a successful exec
+    closes empty, and we raise (a system error), so a program can never fake it."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()  # both close-on-exec (Python's default)
     pid = os.fork()
     if pid == 0:  # child: never returns
         try:
@@ -111,7 +116,8 @@ def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             tree.join()
-            os.closerange(3, 1 << 16)
+            os.closerange(3, status_w)
+            os.closerange(status_w + 1, 1 << 16)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             apply_limits(lim)
             if seccomp:
@@ -127,10 +133,21 @@ def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
                 },
             )
         except BaseException as exc:  # noqa: BLE001 - report anything, then die
-            os.write(2, (f"runner: exec failed: {exc!r}\n").encode())
+            try:
+                os.write(status_w, repr(exc).encode()[:4000] or b"?")
+            except BaseException:  # noqa: BLE001 - nothing left to report with
+                pass
         os._exit(127)
     os.close(out_w)
     os.close(err_w)
+    os.close(status_w)
+    failure = os.read(status_r, 4096).decode("utf-8", "replace")
+    os.close(status_r)
+    if failure:
+        os.waitpid(pid, 0)
+        os.close(out_r)
+        os.close(err_r)
+        raise RuntimeError(f"cannot start {argv[0]}: {failure}")
     return pid, out_r, err_r
 
 
@@ -305,6 +322,9 @@ def check_python_syntax(source, clim, tree):
             os.close(read_fd)
             tree.join()
             apply_limits(clim)
+        except BaseException:  # noqa: BLE001 - our setup failed: not a compile error
+            os._exit(SETUP_FAILED)
+        try:
             compile(source, "main.py", "exec")
         except BaseException as exc:  # noqa: BLE001 - SyntaxError, ValueError, MemoryError...
             text = "".join(traceback.format_exception_only(type(exc), exc))
@@ -320,6 +340,8 @@ def check_python_syntax(source, clim, tree):
         chunks.append(chunk)
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == SETUP_FAILED:
+        raise RuntimeError("cannot set up the syntax check (cgroup or limits)")
     message = b"".join(chunks).decode("utf-8", "replace")
     if status != 0 and not message:
         message = f"compiler: syntax check died ({os.waitstatus_to_exitcode(status)})"
@@ -352,15 +374,7 @@ def phase_group(req, phase):
     return groups.get(phase) if groups else None
 
 
-def check_seccomp(req):
-    if req.get("seccomp") and not SECCOMP_STATUS:
-        SECCOMP_STATUS.append(guard.seccomp_self_test())
-    if req.get("seccomp") and SECCOMP_STATUS[0]:
-        raise RuntimeError(f"cannot load the seccomp filter: {SECCOMP_STATUS[0]}")
-
-
 def handle(req):
-    check_seccomp(req)
     scratch = tempfile.mkdtemp(prefix="run-", dir=req.get("scratch_parent") or None)
     try:
         run_argv, ok, output = compile_program(req, scratch, req["kill_all"])

@@ -136,29 +136,6 @@ def install_seccomp():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
-def seccomp_self_test():
-    """'' if a forked child can load the filter and is then denied io_uring_setup, else why."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        message = b""
-        try:
-            install_seccomp()
-            libc = ctypes.CDLL(None, use_errno=True)
-            nr = ARCHES[platform.machine()][1]["io_uring_setup"]
-            if libc.syscall(nr, 1, None) != -1 or ctypes.get_errno() != errno.ENOSYS:
-                message = b"the filter did not deny io_uring_setup"
-        except BaseException as exc:  # noqa: BLE001 - report anything
-            message = repr(exc).encode()
-        os.write(write_fd, message)
-        os._exit(0)
-    os.close(write_fd)
-    message = os.read(read_fd, 4096).decode("utf-8", "replace")
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return message
-
-
 # ---- whole-tree accounting ----------------------------------------------------------------------
 def _pread(fd):
     return os.pread(fd, 4096, 0).decode()
