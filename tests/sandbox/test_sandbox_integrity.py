@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from sbtest_util import labelled_containers, make_sandbox, processes_of_uids
 
-from sandbox import Limits, Program, Sandbox, TestCase, Verdict
+from sandbox import Limits, Program, Sandbox, TestCase, Verdict, cgroups
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,8 +32,8 @@ def py(source: str) -> Program:
 def our_cgroups() -> list[str]:
     """Sandbox cgroups this test process made that still exist."""
     found = []
-    for top in Path("/sys/fs/cgroup").glob("**/gspo-sandbox"):
-        found += [str(p) for p in top.glob(f"{os.getpid()}.*")]
+    for point, _, _ in cgroups._mounts():
+        found += [str(p) for p in (Path(point) / cgroups.TOP).glob(f"{os.getpid()}.*")]
     return found
 
 
