@@ -322,6 +322,10 @@ def check_python_syntax(source, clim, tree):
             os.close(read_fd)
             tree.join()
             apply_limits(clim)
+            # Nobody samples this child (it runs no user code, only compile()): without
+            # cgroups only an address-space limit bounds it; it starts no threads.
+            mem = int(clim["memory_mb"] * MIB)
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
         except BaseException:  # noqa: BLE001 - our setup failed: not a compile error
             os._exit(SETUP_FAILED)
         try:
