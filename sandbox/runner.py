@@ -106,8 +106,8 @@ def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     status_r, status_w = os.pipe()  # both close-on-exec (Python's default)
-    pid = os.fork()
-    if pid == 0:  # child: never returns
+
+    def child():  # never returns
         try:
             os.setsid()
             os.chdir(cwd)
@@ -138,6 +138,8 @@ def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
             except BaseException:  # noqa: BLE001 - nothing left to report with
                 pass
         os._exit(127)
+
+    pid = tree.fork(child)
     os.close(out_w)
     os.close(err_w)
     os.close(status_w)
@@ -380,6 +382,9 @@ def phase_group(req, phase):
 
 def handle(req):
     scratch = tempfile.mkdtemp(prefix="run-", dir=req.get("scratch_parent") or None)
+    guard.prepare(phase_group(req, "test"))
+    if req.get("seccomp"):
+        guard.prepare_seccomp()
     try:
         run_argv, ok, output = compile_program(req, scratch, req["kill_all"])
         emit({"event": "compile", "ok": ok, "output": output[-STDERR_CAP:]})
@@ -401,13 +406,14 @@ def receive_groups(path):
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
     layout = json.loads(data)
     mapping = dict(zip(layout["host_fds"], fds))
+
+    def local(key, value):  # the host's fd numbers -> ours; flags stay as they are
+        if key in ("version", "oom_disabled") or value is None:
+            return value
+        return [mapping[f] for f in value] if isinstance(value, list) else mapping[value]
+
     CTL_GROUPS = {
-        phase: {
-            k: (
-                v if k == "version" else [mapping[f] for f in v] if k == "procs" else mapping.get(v)
-            )
-            for k, v in group.items()
-        }
+        phase: {key: local(key, value) for key, value in group.items()}
         for phase, group in layout["groups"].items()
     }
 
