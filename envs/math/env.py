@@ -20,8 +20,19 @@ from envs.math.verify import DEFAULT_TIMEOUT_S, Verification, VerifierPool, shar
 DEFAULT_PROMPT = "{question}\n\nPut your final answer in \\boxed{{}}."
 
 
+SHIPPED = "shipped"  # train_path/test_path value that selects the shipped split explicitly
+
+
 class MathEnv(TextEnv):
-    """Single-turn math with exact answers. Each split is the shipped set unless its path is given."""
+    """Single-turn math with exact answers.
+
+    Data: train_path / test_path (env.kwargs.train_path=PATH on the command line) name a .jsonl
+    or .parquet file of rows in a shape envs/math/data.py lists ({"question", "answer"},
+    GSM8K's "#### N" answers, or a "solution" with \\boxed{}). With neither, both splits are the
+    shipped generated set. Giving only one is an error when the other split is loaded (say
+    "shipped" to mean the shipped one). Gold answers of a user file are checked with math-verify
+    at load time; an unreadable one raises TaskError naming the row.
+    """
 
     def __init__(
         self,
@@ -60,16 +71,32 @@ class MathEnv(TextEnv):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         path = self.paths[split]
-        return builtin_tasks(split) if path is None else load_math_file(path)
+        other = self.paths["test" if split == "train" else "train"]
+        if path is None and other not in (None, SHIPPED):
+            raise ValueError(
+                f"env.kwargs.{'train' if split == 'test' else 'test'}_path is set but "
+                f"{split}_path is not: set env.kwargs.{split}_path=PATH, or "
+                f"env.kwargs.{split}_path={SHIPPED} to use the shipped {split} split"
+            )
+        if path is None or path == SHIPPED:
+            return builtin_tasks(split)
+        rows = load_math_file(path)
+        self.check_gold_answers(rows, source=str(path))
+        return rows
 
     def reference_response(self, task: dict[str, Any]) -> str:
         return f"The answer is \\boxed{{{task['answer']}}}."
 
-    def check_gold_answers(self, rows: list[dict[str, Any]]) -> None:
-        """Raise TaskError listing every row whose gold answer math-verify cannot read."""
-        bad = [r["id"] for r in rows if not self.pool.verify(r["answer"], r["answer"]).gold_ok]
+    def check_gold_answers(self, rows: list[dict[str, Any]], source: str = "rows") -> None:
+        """Raise TaskError naming every row whose gold answer math-verify cannot read."""
+        bad = [r for r in rows if not self.pool.verify(r["answer"], r["answer"]).gold_ok]
         if bad:
-            raise TaskError(f"{len(bad)} gold answers cannot be parsed by math-verify: {bad[:20]}")
+            shown = ", ".join(f"id {r['id']!r} (answer {r['answer'][:40]!r})" for r in bad[:10])
+            raise TaskError(
+                f"{source}: {len(bad)} gold answer(s) math-verify cannot read: {shown}"
+                f"{' ...' if len(bad) > 10 else ''}; fix the 'answer' (or the \\boxed{{}} in "
+                "'solution') of these rows"
+            )
 
     # -- episode --------------------------------------------------------------------------------
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:

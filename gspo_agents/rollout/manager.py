@@ -369,7 +369,7 @@ class RolloutManager:
             rid = request_id(traj)
             started = time.perf_counter()
             try:
-                return await self.engine.generate(input_ids, sampling, rid)
+                return await self.engine.generate(input_ids, sampling, rid, route_key=traj.uid)
             except EngineRequestError as exc:
                 raise TrajectoryFailed("engine", f"engine rejected the request: {exc}") from exc
             except EngineError as exc:
