@@ -13,6 +13,7 @@ from sandbox.backends.base import Backend, RunnerOutput
 from sandbox.compile_cache import CompileCache, image_identity, shared_cache
 from sandbox.config import SandboxConfig
 from sandbox.errors import BackendFailure, SandboxUnavailable
+from sandbox.functional import apply_judge, harness_request
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
 log = logging.getLogger("sandbox")
@@ -155,7 +156,7 @@ class Sandbox:
         early_stop: bool = False,
     ) -> RunResult:
         """Compile once, run every test under `limits`, judge on the host."""
-        tests = list(tests)
+        tests = apply_judge(program, list(tests), judge)
         if not tests:
             raise ValueError("Sandbox.run needs at least one TestCase")
         interactive = early_stop  # checker mode stops at a crash/TLE; the checker at a reject
@@ -209,6 +210,7 @@ class Sandbox:
         return {
             "language": program.language,
             "source": program.source,
+            "harness": harness_request(program),
             "tests": tests,
             "limits": self._limits(limits),
             "compile_limits": self._limits(COMPILE_LIMITS),

@@ -291,6 +291,38 @@ def classify(reason, code, cpu, mem_mb, stderr, lim):
     return "ok", ""
 
 
+HARNESS_CODE: dict[
+    str, str
+] = {}  # harness source -> its marshalled code object (hex), compiled once per runner
+HARNESS_BOOT = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))), {'__name__': '__main__'})"
+
+
+def harness_argv(req, run_argv):
+    """With a request's "harness": {"source", "argv"} (python; function-style tests, see
+    sandbox/fnharness.py) each test runs `python3 -I -c BOOT CODE main.py *ARGV`: trusted code from
+    the command line, not from a file the program could replace, and -I keeps the
+    program-writable directories off sys.path. CODE is the harness compiled here, by this same
+    interpreter, once (not once per test: compiling it costs more than running it)."""
+    harness = req.get("harness")
+    if not harness or req["language"] != "python":
+        return run_argv
+    source = harness["source"]
+    if source not in HARNESS_CODE:
+        import marshal
+
+        HARNESS_CODE.clear()
+        HARNESS_CODE[source] = marshal.dumps(compile(source, "fnharness.py", "exec")).hex()
+    return [
+        "python3",
+        "-I",
+        "-c",
+        HARNESS_BOOT,
+        HARNESS_CODE[source],
+        *run_argv[1:],
+        *harness["argv"],
+    ]
+
+
 def compile_program(req, scratch, kill_all):
     """Return (argv, ok, output)."""
     src = os.path.join(scratch, "main.py" if req["language"] == "python" else "main.cpp")
@@ -401,7 +433,7 @@ def handle(req):
                 event["binary"] = base64.b64encode(fh.read()).decode("ascii")
         emit(event)
         if ok:
-            run_tests(req, scratch, run_argv)
+            run_tests(req, scratch, harness_argv(req, run_argv))
     finally:
         guard.remove_tree(scratch)
 

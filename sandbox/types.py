@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
@@ -23,10 +24,16 @@ class Verdict(str, Enum):
     SE = "SE"  # the sandbox itself failed: an infrastructure error, never a wrong answer
 
 
+_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
 @dataclass(frozen=True, slots=True)
 class Program:
     language: Language
     source: str
+    # Function-style: call this function ("f", or "Class.method" on a fresh instance) instead of
+    # running the script; the tests come from sandbox.functional.function_tests.
+    entry: str | None = None
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
@@ -35,6 +42,13 @@ class Program:
             )
         if not isinstance(self.source, str):
             raise TypeError(f"Program.source must be str, got {type(self.source).__name__}")
+        if self.entry is not None:
+            if self.language != "python":
+                raise ValueError("Program.entry (function-style tests) needs language='python'")
+            if not isinstance(self.entry, str) or not _ENTRY.match(self.entry):
+                raise ValueError(
+                    f"Program.entry={self.entry!r} must look like 'f' or 'Class.method'"
+                )
 
 
 @dataclass(frozen=True, slots=True)

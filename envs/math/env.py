@@ -2,8 +2,11 @@
 
 Scoring: 1.0 when math-verify finds the boxed answer equivalent to the gold answer (1/2, 0.5 and
 \\frac{1}{2} are the same), else 0.0 -- including no boxed answer, an unreadable one, or one
-longer than `max_answer_chars`. A gold answer math-verify cannot read raises TaskError; a
-verifier that times out or dies raises InfraError. Neither is ever a reward of 0.
+longer than `max_answer_chars`. An answer that makes the verifier time out, blow up or crash
+(`\\boxed{2^{2^{30}}}`, deep nesting) is the model's doing: reward 0 with
+`info["verify_error"]` saying what happened (counted as rollout/verify_errors). A gold answer
+math-verify cannot read raises TaskError; a broken verifier pool raises InfraError. Neither is
+ever a reward of 0.
 """
 
 from __future__ import annotations
@@ -148,4 +151,7 @@ class MathEnv(TextEnv):
             info["reason"] = "no_boxed_answer"
         elif len(parsed) > self.max_answer_chars:
             info["reason"] = "answer_too_long"
+        elif verification is not None and verification.error:
+            info["reason"] = "verify_error"
+            info["verify_error"] = verification.error
         return [], reward, True, False, info

@@ -23,9 +23,15 @@ from envs.codeforces.loaders import FORMATS, load_source, parse_source  # noqa: 
 from envs.codeforces.loaders.livecodebench import decode_tests  # noqa: E402
 from envs.codeforces.problems import Problem  # noqa: E402
 from envs.errors import TaskError  # noqa: E402
-from sandbox import Sandbox  # noqa: E402
+from sandbox import Sandbox, TestCase  # noqa: E402
+from sandbox.functional import function_case  # noqa: E402
 
 SAMPLE_SET = Path(__file__).resolve().parents[2] / "envs" / "data" / "kattis_sample"
+
+
+def case(test) -> dict:
+    """The function-style row a problem's test encodes (args, expected)."""
+    return function_case(TestCase(test.input, test.output))
 
 
 def by_id(problems: list[Problem]) -> dict[str, Problem]:
@@ -67,7 +73,7 @@ def test_taco_save_to_disk_dict_gives_splits_and_function_problems(tmp_path: Pat
     assert (add.time_limit_s, add.memory_mb, add.tags) == (1.0, 256, ("Mathematics",))
     assert len(add.samples) == 1 and len(add.tests) == 2 and add.function_name is None
     assert double.function_name == "double"
-    assert double.tests[0].output == "__gspo_result__ 10"  # [10] unwrapped to 10
+    assert case(double.tests[0])["expected"] == 10  # [10] unwrapped to 10
     with pytest.raises(TaskError, match="no split 'valid'"):
         load_source(f"taco:{path}", "valid")
 
@@ -88,7 +94,7 @@ def test_livecodebench_reads_compressed_tests_and_functional_rows(tmp_path: Path
     assert [t.output for t in stdin.tests] == ["3\n", "-5\n"]  # decompressed
     two_sum = problems["1"]
     assert two_sum.function_name == "Solution.twoSum"
-    assert two_sum.samples[0].input == "[[2, 7, 11, 15], 9]"
+    assert case(two_sum.samples[0])["args"] == [[2, 7, 11, 15], 9]
 
 
 def test_livecodebench_refuses_pickles_that_name_code():
@@ -112,8 +118,8 @@ def test_humaneval_asserts_become_value_tests_and_odd_ones_are_refused(tmp_path,
     add = problems["HumanEval/0"]
     assert add.function_name == "add" and len(add.all_tests) == 3  # `assert True` ignored
     assert add.judge.mode == "float" and add.judge.abs_tol == 1e-6
-    expected = [t.output for t in problems["HumanEval/1"].all_tests]
-    assert expected == ["__gspo_result__ true", "__gspo_result__ false", "__gspo_result__ true"]
+    expected = [case(t)["expected"] for t in problems["HumanEval/1"].all_tests]
+    assert expected == [True, False, True]
     with pytest.raises(TaskError, match="HumanEval/2"):
         load_source(f"humaneval:{path}", "test", split_mode="all")
 

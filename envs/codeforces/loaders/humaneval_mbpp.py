@@ -6,8 +6,8 @@ config: prompt), code, test_list (assert lines), test_setup_code, challenge_test
 
 The published tests are assert statements that run in the same process as the solution, which
 a hostile policy could subvert (exit early, patch `assert`'s helpers). We therefore translate
-each assert into a value test for sandbox.functional, whose driver prints the value the function
-returned and lets the host compare it:
+each assert into a value test for sandbox.functional, whose trusted harness compares the value
+the function returned where the submission cannot reach:
     assert f(ARGS) == VALUE    assert VALUE == f(ARGS)    assert f(ARGS)    assert not f(ARGS)
     assert f(ARGS) is True / False / None     assert abs(f(ARGS) - VALUE) < TOL  (or <=)
 with ARGS and VALUE Python literals (`candidate` stands for the entry point). A row with an
