@@ -50,7 +50,12 @@ def prepare_batch(
     per_turn: bool = False,
     turn_discount: float = 1.0,
     normalize_std: bool = True,
+    overlong_filter: bool = False,
+    overlong_penalty: float = 0.0,
 ) -> PreparedBatch:
+    """Advantages and the padded batch. A trajectory cut by a length budget (`is_overlong`) has
+    `overlong_penalty` subtracted from its reward (and its last turn's reward); with
+    `overlong_filter` it still counts in its group's baseline but is left out of the loss."""
     finished = [t for g in groups for t in g if t.trainable]
     statuses = [t.status for g in groups for t in g]
     metrics: dict[str, float] = {
@@ -61,14 +66,17 @@ def prepare_batch(
     if not finished:
         metrics["num_trained_seqs"] = 0.0
         return PreparedBatch(None, [], metrics)
-    rewards = [float(t.reward) for t in finished]  # type: ignore[arg-type]
+    overlong = [is_overlong(t) for t in finished]
+    metrics["overlong_frac"] = sum(overlong) / len(finished)
+    penalty = [overlong_penalty if o else 0.0 for o in overlong]
+    rewards = [float(t.reward) - p for t, p in zip(finished, penalty)]  # type: ignore[arg-type]
     group_ids = [t.group_id for t in finished]
     metrics["reward_mean"] = sum(rewards) / len(rewards)
     advantages: list[float] | list[list[float]]
     if per_turn:
         # GSPO-token: returns-to-go of the turn rewards, normalised within the group
         turns = turn_advantages(
-            [segment_turn_rewards(t) for t in finished],
+            [_penalised(segment_turn_rewards(t), p) for t, p in zip(finished, penalty)],
             group_ids,
             gamma=turn_discount,
             normalize_std=normalize_std,
@@ -81,13 +89,41 @@ def prepare_batch(
         adv = group_advantages(rewards, group_ids, normalize_std=normalize_std)
         advantages, zero_spread_B = adv.advantages_B.tolist(), adv.zero_spread_B
         metrics["zero_spread_frac"] = adv.zero_spread_frac
-    keep = [i for i in range(len(finished)) if not (filter_zero_spread and bool(zero_spread_B[i]))]
+    keep = [
+        i
+        for i in range(len(finished))
+        if not (filter_zero_spread and bool(zero_spread_B[i]))
+        and not (overlong_filter and overlong[i])
+    ]
     metrics["num_trained_seqs"] = float(len(keep))
     if not keep:
         return PreparedBatch(None, [], metrics)
     trajectories = [finished[i] for i in keep]
     batch = flatten(trajectories, [advantages[i] for i in keep], pad_id)  # type: ignore[misc]
     return PreparedBatch(batch, trajectories, metrics)
+
+
+def is_overlong(traj: Trajectory) -> bool:
+    """Cut by a length budget: its last turn hit max_new_tokens_per_turn, or the context filled."""
+    return traj.info.get("last_finish") == "length" or traj.info.get("truncated_by") == "context"
+
+
+def _penalised(turn_rewards: list[float], penalty: float) -> list[float]:
+    return turn_rewards[:-1] + [turn_rewards[-1] - penalty] if penalty else turn_rewards
+
+
+def has_signal(
+    group: list[Trajectory], *, per_turn: bool = False, turn_discount: float = 1.0
+) -> bool:
+    """Whether a group's trainable trajectories carry any advantage (dynamic sampling keeps it)."""
+    done = [t for t in group if t.trainable]
+    if not done:
+        return False
+    ids = ["g"] * len(done)
+    if per_turn:
+        turns = turn_advantages([segment_turn_rewards(t) for t in done], ids, gamma=turn_discount)
+        return turns.num_zero_spread_groups == 0
+    return group_advantages([float(t.reward) for t in done], ids).num_zero_spread_groups == 0  # type: ignore[arg-type]
 
 
 def segment_turn_rewards(traj: Trajectory) -> list[float]:

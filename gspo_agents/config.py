@@ -65,6 +65,17 @@ class AlgorithmConfig:
     eps_low: float | None = None  # None: the algorithm's default (GSPO 3e-4, GRPO 0.2)
     eps_high: float | None = None  # None: the algorithm's default (GSPO 4e-4, GRPO 0.27)
     filter_zero_spread_groups: bool = True
+    # GSPO-token's per-turn credit: discount of the returns-to-go over turn rewards
+    turn_discount: float = 1.0
+    normalize_std: bool = True  # advantages divided by the group's reward std (false: Dr. GRPO)
+    loss_agg: str = "seq-mean-token-mean"  # | token-mean | seq-mean-token-sum
+    old_logprobs: str = "engine"  # clip anchor: engine | recompute | decoupled (offpolicy.py)
+    seq_is_cap: float | None = None  # truncated IS cap on pi_trainer / pi_engine per sequence
+    seq_mask_bound: float | None = None  # drop sequences with |seq log-ratio| above this
+    routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer
+    dynamic_sampling_rounds: int = 0  # extra rollout rounds to replace zero-spread groups
+    overlong_filter: bool = False  # drop trajectories cut by a length budget from the loss
+    overlong_penalty: float = 0.0  # subtracted from the reward of a length-cut trajectory
 
 
 def hydra_schema(record: type, **defaults: Any) -> type:
@@ -163,6 +174,8 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("engine", "kind"): ("local", "sglang"),
     ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
+    ("algorithm", "loss_agg"): ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum"),
+    ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),
     ("logger", "wandb_mode"): ("offline", "online", "disabled"),
 }
 
@@ -183,6 +196,8 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "steps"),
     ("trainer", "save_every_steps"),
     ("trainer", "warmup_steps"),
+    ("algorithm", "dynamic_sampling_rounds"),
+    ("algorithm", "overlong_penalty"),
 )
 
 
@@ -203,6 +218,15 @@ def check_choices(cfg: Any) -> None:
             raise ValueError(
                 f"{group}.{key}={value!r} is not valid; choose one of {', '.join(valid)}.{hint}"
             )
+    if not 0.0 <= cfg.algorithm.turn_discount <= 1.0:
+        raise ValueError(
+            f"algorithm.turn_discount must be in [0, 1], got {cfg.algorithm.turn_discount}"
+        )
+    if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
+        raise ValueError(
+            "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "
+            "rollouts; it cannot be combined with trainer.async_rollouts=true"
+        )
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ValueError(
             "model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)"

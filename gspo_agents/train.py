@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gspo_agents.batching import prepare_batch, tasks_for_step
+from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
 from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
 from gspo_agents.tracking import RunTracker, drop_rows_after
 
@@ -98,6 +98,11 @@ def build_learner(cfg: DictConfig, model_dir: str):
         share_prompt_prefix=t.share_prompt_prefix,
         temperature=cfg.rollout.temperature,
         seed=t.seed,
+        loss_agg=a.loss_agg,
+        old_logprobs=a.old_logprobs,
+        seq_is_cap=a.seq_is_cap,
+        seq_mask_bound=a.seq_mask_bound,
+        routing_replay=a.routing_replay,
     )
     return Learner(model_dir, learner_cfg)
 
@@ -149,11 +154,19 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                     tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
                 )
             metrics = dict(result.metrics)
+            groups = result.groups
+            if cfg.algorithm.dynamic_sampling_rounds:
+                groups = await refill_groups(cfg, manager, tasks, step, groups, metrics)
+            a = cfg.algorithm
             prepared = prepare_batch(
-                result.groups,
+                groups,
                 pad_id=learner.pad_token_id,
-                filter_zero_spread=cfg.algorithm.filter_zero_spread_groups,
-                per_turn=cfg.algorithm.name == "gspo_token",
+                filter_zero_spread=a.filter_zero_spread_groups,
+                per_turn=a.name == "gspo_token",
+                turn_discount=a.turn_discount,
+                normalize_std=a.normalize_std,
+                overlong_filter=a.overlong_filter,
+                overlong_penalty=a.overlong_penalty,
             )
             metrics.update(prepared.metrics)
             if prepared.batch is not None:
@@ -178,6 +191,28 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
         learner.export_hf(str(final))
         _keep_latest(run_dir / "weights", final.name)
     return step
+
+
+async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
+    """Dynamic sampling (DAPO): replace groups without reward spread by groups of further tasks,
+    for at most `algorithm.dynamic_sampling_rounds` extra rollout rounds. The extra tasks are a
+    function of (step, round, seed), so a resumed run draws the same ones."""
+    t, a = cfg.trainer, cfg.algorithm
+    per_turn = a.name == "gspo_token"
+
+    def signal(g) -> bool:
+        return has_signal(g, per_turn=per_turn, turn_discount=a.turn_discount)
+
+    kept = [g for g in groups if signal(g)]
+    metrics["zero_spread_frac_before_refill"] = 1.0 - len(kept) / max(len(groups), 1)
+    rounds = 0
+    while len(kept) < t.tasks_per_step and rounds < a.dynamic_sampling_rounds:
+        rounds += 1
+        need = t.tasks_per_step - len(kept)
+        more = await manager.collect(tasks_for_step(tasks, step, need, t.seed + 7919 * rounds))
+        kept += [g for g in more.groups if signal(g)]
+    metrics["refill_rounds"] = float(rounds)
+    return kept[: t.tasks_per_step] if kept else groups
 
 
 def quiet_libraries() -> None:

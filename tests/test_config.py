@@ -35,6 +35,9 @@ model.name model.path model.cache_dir model.dtype
 engine.kind engine.urls engine.max_batch_size engine.connect_timeout_s engine.request_timeout_s
 sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
+algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
+algorithm.seq_is_cap algorithm.seq_mask_bound algorithm.routing_replay
+algorithm.dynamic_sampling_rounds algorithm.overlong_filter algorithm.overlong_penalty
 rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context_tokens
 rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
 rollout.max_staleness_steps rollout.trajectory_timeout_s rollout.seed
