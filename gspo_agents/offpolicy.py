@@ -12,9 +12,9 @@ against an fp32 trainer, other kernels). With `algorithm.old_logprobs`:
   weight pi_prox / pi_behav (AReaL's decoupled objective), per sequence for the sequence-level
   objectives (the length-normalised ratio, as GSPO's s_i) and per token for GRPO.
 
-Independently, `seq_is_cap` truncates the weight at C (truncated IS; turns a recompute run into
-one with a bounded correction) and `seq_mask_bound` drops sequences whose signed sequence-level
-log-ratio |log w_i| exceeds a bound (masked IS). Both need the trainer's log-probs.
+Independently, `seq_is_cap` applies the behaviour weight truncated at C (truncated IS: with
+recompute this is verl's / slime's TIS) and `seq_mask_bound` drops sequences whose signed
+sequence-level log-ratio |log w_i| exceeds a bound (masked IS). Both need the trainer's log-probs.
 
 Shape legend: B sequences, T padded positions; masks are 1 on model-sampled tokens.
 """
@@ -91,8 +91,8 @@ def behaviour_weights(
     """The detached weights [B, T] for `policy_loss(weights=...)` (None when `cfg` applies none)
     and the batch's mismatch metrics (which are reported in every mode).
 
-    Weight of a sequence: exp(sequence log-ratio) in decoupled mode, else 1; then capped at
-    `seq_is_cap`, then 0 where |sequence log-ratio| > `seq_mask_bound`. At token level (GRPO,
+    Weight of a sequence: exp(sequence log-ratio) in decoupled mode or with `seq_is_cap`, else 1;
+    then capped at `seq_is_cap`, then 0 where |sequence log-ratio| > `seq_mask_bound`. At token level (GRPO,
     decoupled) the uncapped weight of each token is exp(its own log-ratio).
     """
     mask = mask_BT.bool()
@@ -102,8 +102,8 @@ def behaviour_weights(
     if not cfg.weights_applied:
         return None, metrics
     ones_BT = torch.ones_like(trainer_lp_BT, dtype=torch.float32)
-    if cfg.old_logprobs != "decoupled":
-        w_BT = ones_BT
+    if cfg.old_logprobs != "decoupled" and cfg.seq_is_cap is None:
+        w_BT = ones_BT  # masking only
     elif level == "token":
         w_BT = torch.exp(torch.where(mask, trainer_lp_BT.float() - engine_lp_BT.float(), 0.0))
     else:
