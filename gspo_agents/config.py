@@ -48,6 +48,7 @@ class EngineConfig:
     kind: str = "local"  # local | sglang
     urls: list[str] = field(default_factory=list)  # sglang: worker URLs or one router URL
     max_batch_size: int = 64  # local engine
+    dtype: str = "float32"  # local engine: float32 | bfloat16 (a bf16 engine vs an fp32 trainer)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
 

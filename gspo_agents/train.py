@@ -54,7 +54,9 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
     if cfg.engine.kind == "local":
         from gspo_agents.rollout.local_engine import LocalEngine
 
-        return LocalEngine(model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed)
+        return LocalEngine(
+            model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed, dtype=cfg.engine.dtype
+        )
     from gspo_agents.rollout.sglang_engine import SGLangEngine
 
     return SGLangEngine(
