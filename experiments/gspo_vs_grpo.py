@@ -13,6 +13,10 @@ Arms (each an ordinary `python -m gspo_agents.train` run per seed, in OUT/ARM/se
                                                  engine anchor, recomputed anchor, recompute + TIS
 Groups of arms: --arms dense moe chain mismatch (or `all`, the default: the first three groups).
 
+By default a seed seeds the whole run, cold start (SFT) included. `--shared-cold-start` runs each
+(model, env) cold start once, with seed 0, and starts every seed's RL from it (`model=hf
+model.path=...`): seeds then vary the RL phase only, and the cold starts cost one run, not three.
+
 Per arm the table gives mean ± sample std over seeds of: reward over the first and last 10% of
 steps, clipped-token fraction, clipped fraction of the first minibatch (before any update: what
 staleness and numerics alone clip), the signed sequence-level engine-vs-trainer log-ratio, and for
@@ -52,7 +56,9 @@ ARMS: dict[str, Arm] = {
     "moe-grpo-rr": Arm(
         "moe", ("model=tiny-moe", "algorithm=grpo", "algorithm.routing_replay=true"), "token"
     ),
-    "chain-gspo": Arm("chain", ("env=arithmetic_chain", "model=tiny", "algorithm=gspo"), "sequence"),
+    "chain-gspo": Arm(
+        "chain", ("env=arithmetic_chain", "model=tiny", "algorithm=gspo"), "sequence"
+    ),
     "chain-gspo_token": Arm(
         "chain", ("env=arithmetic_chain", "model=tiny", "algorithm=gspo_token"), "sequence"
     ),
@@ -110,18 +116,44 @@ def expand_arms(names: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def command(arm: str, seed: int, steps: int, out: Path, extra: list[str]) -> list[str]:
+def command(
+    arm: str, seed: int, steps: int, out: Path, extra: list[str], start: str | None = None
+) -> list[str]:
+    """The training command of one (arm, seed); `start`: a shared cold-started model directory."""
+    overrides = list(ARMS[arm].overrides)
+    if start is not None:
+        overrides = [o for o in overrides if not o.startswith("model=")]
+        overrides += ["model=hf", f"model.path={start}"]
     return [
         sys.executable,
         "-m",
         "gspo_agents.train",
-        *ARMS[arm].overrides,
+        *overrides,
         f"trainer.steps={steps}",
         f"trainer.seed={seed}",
         f"trainer.run_dir={out / arm / f'seed{seed}'}",
         "logger.wandb_mode=disabled",
         *extra,
     ]
+
+
+def cold_start(arm: str, extra: list[str]) -> str:
+    """The seed-0 cold-started model of an arm's (model, env), trained once and cached."""
+    from hydra import compose, initialize_config_dir
+
+    import envs
+    from gspo_agents.config import CONFIG_DIR, register_schemas
+    from gspo_agents.train import resolve_start_model
+
+    register_schemas()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=[*ARMS[arm].overrides, *extra])
+    env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    return resolve_start_model(cfg, env)
+
+
+def start_key(arm: str) -> tuple[str, ...]:
+    return tuple(o for o in ARMS[arm].overrides if o.startswith(("model=", "env=")))
 
 
 def run_one(cmd: list[str], log_path: Path) -> int:
@@ -215,8 +247,9 @@ def plot_group(runs: dict[str, list[Path]], out_dir: Path, window: int = 5) -> l
             m, s = smooth(means, window), smooth(stds, window)
             n = len(runs[arm])
             ax.plot(steps, m, label=f"{arm} ({n} seeds)")
-            ax.fill_between(steps, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
-                            alpha=0.2)
+            ax.fill_between(
+                steps, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], alpha=0.2
+            )
         ax.set_xlabel("step")
         ax.set_title(f"{title}: mean ± std over seeds (moving mean over {window})", fontsize=9)
         ax.grid(alpha=0.3)
@@ -242,18 +275,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="runs at once (each uses one process)")
     p.add_argument("--out", default="runs/compare")
     p.add_argument("--report-only", action="store_true", help="summarise existing runs")
+    p.add_argument("--shared-cold-start", action="store_true", help="one SFT per (model, env)")
     args = p.parse_args(argv)
     if len(args.seeds) < 3 and not args.report_only:
         print(f"warning: {len(args.seeds)} seed(s); spreads need >= 3", file=sys.stderr)
     arms, out = expand_arms(args.arms), Path(args.out)
     started = time.perf_counter()
     if not args.report_only:
+        starts: dict[tuple[str, ...], str] = {}
+        if args.shared_cold_start:
+            for a in arms:
+                if start_key(a) not in starts:
+                    starts[start_key(a)] = cold_start(a, extra)
         jobs = [(a, s) for s in args.seeds for a in arms]  # seed-major: early seeds finish first
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = {
                 (a, s): pool.submit(
                     run_one,
-                    command(a, s, args.steps, out, extra),
+                    command(a, s, args.steps, out, extra, starts.get(start_key(a))),
                     out / a / f"seed{s}.log",
                 )
                 for a, s in jobs
@@ -262,7 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         if failed:
             print(f"failed runs (see their .log): {failed}", file=sys.stderr)
     runs = {
-        a: [out / a / f"seed{s}" for s in args.seeds if (out / a / f"seed{s}" / "metrics.jsonl").exists()]
+        a: [
+            out / a / f"seed{s}"
+            for s in args.seeds
+            if (out / a / f"seed{s}" / "metrics.jsonl").exists()
+        ]
         for a in arms
     }
     runs = {a: dirs for a, dirs in runs.items() if dirs}
@@ -274,8 +317,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(path)
     elapsed = time.perf_counter() - started
     (out / "summary.json").write_text(
-        json.dumps({"seeds": args.seeds, "steps": args.steps, "wall_s": elapsed,
-                    "overrides": extra, "arms": summaries}, indent=2)
+        json.dumps(
+            {
+                "seeds": args.seeds,
+                "steps": args.steps,
+                "wall_s": elapsed,
+                "overrides": extra,
+                "arms": summaries,
+            },
+            indent=2,
+        )
     )
     table = markdown(summaries, len(args.seeds))
     (out / "summary.md").write_text(table + "\n")

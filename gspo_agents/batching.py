@@ -99,7 +99,7 @@ def prepare_batch(
     if not keep:
         return PreparedBatch(None, [], metrics)
     trajectories = [finished[i] for i in keep]
-    batch = flatten(trajectories, [advantages[i] for i in keep], pad_id)  # type: ignore[misc]
+    batch = flatten(trajectories, [advantages[i] for i in keep], pad_id)  # type: ignore[arg-type]  # one kind per call
     return PreparedBatch(batch, trajectories, metrics)
 
 

@@ -281,7 +281,9 @@ def policy_loss(
     objective = get_objective(algorithm)
     inp = _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences)
     if loss_agg not in LOSS_AGGS:
-        raise ValueError(f"loss_agg={loss_agg!r} is not valid; choose one of {', '.join(LOSS_AGGS)}")
+        raise ValueError(
+            f"loss_agg={loss_agg!r} is not valid; choose one of {', '.join(LOSS_AGGS)}"
+        )
     w_BT = None
     if weights is not None:
         w_BT = weights.detach().float()

@@ -128,14 +128,16 @@ def test_per_turn_gradient_differs_from_the_sequence_gradient():
     tok = prepare_batch(groups, pad_id=0, per_turn=True).batch
     seq = prepare_batch(groups, pad_id=0).batch
     lp = tok.old_logprobs_BT.clone().requires_grad_(True)
-    loss, _ = policy_loss(lp, tok.old_logprobs_BT, tok.advantages_BT, tok.loss_mask_BT,
-                          algorithm="gspo_token")
+    loss, _ = policy_loss(
+        lp, tok.old_logprobs_BT, tok.advantages_BT, tok.loss_mask_BT, algorithm="gspo_token"
+    )
     (grad_tok,) = torch.autograd.grad(loss, lp)
     expected = -tok.advantages_BT * tok.loss_mask_BT / (4 * 2)  # 4 model tokens, 2 sequences
     torch.testing.assert_close(grad_tok, expected, rtol=1e-6, atol=1e-8)
     lp2 = seq.old_logprobs_BT.clone().requires_grad_(True)
-    loss2, _ = policy_loss(lp2, seq.old_logprobs_BT, seq.advantages_BT, seq.loss_mask_BT,
-                           algorithm="gspo")
+    loss2, _ = policy_loss(
+        lp2, seq.old_logprobs_BT, seq.advantages_BT, seq.loss_mask_BT, algorithm="gspo"
+    )
     (grad_seq,) = torch.autograd.grad(loss2, lp2)
     # the sequence gradient is flat over a row's turns; the per-turn one is not
     row0 = grad_tok[0][tok.loss_mask_BT[0].bool()]

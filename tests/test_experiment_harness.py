@@ -30,8 +30,9 @@ def test_arm_groups_expand_and_unknown_arms_are_named():
 
 
 def test_every_arm_is_a_valid_training_command(tmp_path):
-    from gspo_agents.config import check_choices, register_schemas
     from hydra import compose, initialize_config_dir
+
+    from gspo_agents.config import check_choices, register_schemas
 
     register_schemas()
     with initialize_config_dir(config_dir=harness_config_dir(), version_base=None):
@@ -76,8 +77,11 @@ def test_mean_and_sample_spread_over_seeds(tmp_path):
 
 def test_report_only_summarises_existing_runs(tmp_path, capsys):
     for seed in (0, 1, 2):
-        _write_run(tmp_path / "moe-grpo-rr" / f"seed{seed}", [0.1 * seed] * 10,
-                   expert_volatility=0.01 * (seed + 1))
+        _write_run(
+            tmp_path / "moe-grpo-rr" / f"seed{seed}",
+            [0.1 * seed] * 10,
+            expert_volatility=0.01 * (seed + 1),
+        )
     assert harness.main(["--arms", "moe-grpo-rr", "--out", str(tmp_path), "--report-only"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     vol = summary["arms"]["moe-grpo-rr"]["expert_volatility"]

@@ -52,8 +52,16 @@ def test_token_mean_uses_the_global_token_count():
     adv = torch.tensor([1.0, -2.0])
     full, _, _ = _loss_grad("grpo", adv, loss_agg="token-mean")
     parts = [
-        policy_loss(OLD[r], OLD[r], adv[r], MASK[r], algorithm="grpo", loss_agg="token-mean",
-                    num_sequences=2, num_tokens=5)[0]
+        policy_loss(
+            OLD[r],
+            OLD[r],
+            adv[r],
+            MASK[r],
+            algorithm="grpo",
+            loss_agg="token-mean",
+            num_sequences=2,
+            num_tokens=5,
+        )[0]
         for r in ([0], [1])
     ]
     assert (parts[0] + parts[1]).item() == pytest.approx(full.item(), rel=1e-6)
@@ -68,8 +76,11 @@ def test_weights_scale_each_sequence_and_zero_drops_it(algorithm):
     torch.testing.assert_close(wgrad[0], 0.5 * grad[0])
     assert torch.all(wgrad[1] == 0)
     # [B, T] weights constant within a row are the same as [B]
-    w_BT, _, _ = _loss_grad(algorithm, adv, weights=torch.tensor([[9.0, 0.5, 0.5, 9.0]] * 2)
-                            * torch.tensor([[1.0], [0.0]]))
+    w_BT, _, _ = _loss_grad(
+        algorithm,
+        adv,
+        weights=torch.tensor([[9.0, 0.5, 0.5, 9.0]] * 2) * torch.tensor([[1.0], [0.0]]),
+    )
     assert w_BT.item() == pytest.approx(w.item(), rel=1e-6)
     assert base.item() != w.item()
 
@@ -91,7 +102,9 @@ def test_decoupled_weights_sequence_and_token_level_with_cap_and_mask():
     assert m["is_ess"] == pytest.approx((w1 + w2) ** 2 / (2 * (w1**2 + w2**2)))
     tok, _ = behaviour_weights(trainer, OLD, MASK, cfg, "token")
     torch.testing.assert_close(tok[0, 1:3], torch.tensor([math.exp(0.2), math.exp(0.4)]))
-    capped, mc = behaviour_weights(trainer, OLD, MASK, OffPolicyConfig("decoupled", 1.2), "sequence")
+    capped, mc = behaviour_weights(
+        trainer, OLD, MASK, OffPolicyConfig("decoupled", 1.2), "sequence"
+    )
     torch.testing.assert_close(capped[0, 1:3], torch.full((2,), 1.2))
     assert mc["is_truncated_frac"] == pytest.approx(2 / 5)
     masked, mm = behaviour_weights(trainer, OLD, MASK, OffPolicyConfig("recompute", None, 0.5))

@@ -366,7 +366,9 @@ class Learner:
     # ----------------------------------------------------------------------------------------
     # probes: engine-vs-learner gap and expert volatility
     # ----------------------------------------------------------------------------------------
-    def _record_probe(self, probe: _Probe, rows: Rows, lp_BT, mb: FlatBatch, routes, engine) -> None:
+    def _record_probe(
+        self, probe: _Probe, rows: Rows, lp_BT, mb: FlatBatch, routes, engine
+    ) -> None:
         probe.micro.append(rows)
         probe.routes.append(routes[0] if routes else None)
         if rows is None:

@@ -113,7 +113,9 @@ class RouterRecorder:
             h.remove()
 
 
-def routes_per_row(routes_LNK: torch.Tensor, num_rows: int, lengths: list[int]) -> list[torch.Tensor]:
+def routes_per_row(
+    routes_LNK: torch.Tensor, num_rows: int, lengths: list[int]
+) -> list[torch.Tensor]:
     """Cut a micro-batch's recorded routes [L, rows*T, k] into each row's [L, length, k]."""
     L, N, K = routes_LNK.shape
     per = routes_LNK.reshape(L, num_rows, N // num_rows, K)
