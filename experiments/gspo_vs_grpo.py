@@ -16,6 +16,7 @@ Groups of arms: --arms dense moe chain mismatch (or `all`, the default: the firs
 By default a seed seeds the whole run, cold start (SFT) included. `--shared-cold-start` runs each
 (model, env) cold start once, with seed 0, and starts every seed's RL from it (`model=hf
 model.path=...`): seeds then vary the RL phase only, and the cold starts cost one run, not three.
+The chain arms then start from Arithmetic-v0's cold start (same questions, same answer format).
 
 Per arm the table gives mean ± sample std over seeds of: reward over the first and last 10% of
 steps, clipped-token fraction, clipped fraction of the first minibatch (before any update: what
@@ -147,13 +148,16 @@ def cold_start(arm: str, extra: list[str]) -> str:
 
     register_schemas()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        cfg = compose(config_name="config", overrides=[*ARMS[arm].overrides, *extra])
+        cfg = compose(config_name="config", overrides=[*start_key(arm), *extra])
     env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
     return resolve_start_model(cfg, env)
 
 
 def start_key(arm: str) -> tuple[str, ...]:
-    return tuple(o for o in ARMS[arm].overrides if o.startswith(("model=", "env=")))
+    """The overrides that pick an arm's cold start. The chain arms share Arithmetic-v0's: its SFT
+    teaches the answer format on the same questions (the chain's own SFT sees only turn 1)."""
+    keep = ("model=",) if ARMS[arm].group == "chain" else ("model=", "env=")
+    return tuple(o for o in ARMS[arm].overrides if o.startswith(keep))
 
 
 def run_one(cmd: list[str], log_path: Path) -> int:

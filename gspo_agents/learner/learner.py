@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -45,26 +44,14 @@ from gspo_agents.learner.parallel import (
     use_bf16,
 )
 from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_logprobs
+from gspo_agents.learner.probe import PreUpdate, Probe, Rows, all_gather_floats, version_lag
 from gspo_agents.learner.stats import MinibatchStats, mean_over
 from gspo_agents.logprobs import token_logprobs
 from gspo_agents.objectives import get_objective, policy_loss
 from gspo_agents.offpolicy import behaviour_weights, mismatch_metrics, sequence_log_ratio
 from gspo_agents.trajectory import FlatBatch
 
-Rows = list[int] | None  # None: a dummy micro-batch that keeps FSDP collectives in step
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Probe:
-    """What the first minibatch measures before any weight changes (per rank, then reduced)."""
-
-    gap_sum: float = 0.0
-    gap_max: float = 0.0
-    gap_count: float = 0.0
-    seq_log_ratios: list[float] = field(default_factory=list)  # signed, trainer vs engine
-    micro: list[Rows] = field(default_factory=list)
-    routes: list[torch.Tensor | None] = field(default_factory=list)  # [layers, tokens, k]
 
 
 class Learner:
@@ -120,7 +107,7 @@ class Learner:
         pre = self._pre_update(batch, lengths)
         batch = pre.batch
         self.model.train()
-        per_minibatch, probe, skipped = [], _Probe(), 0
+        per_minibatch, probe, skipped = [], Probe(), 0
         for i, rows in enumerate(split_minibatches(batch.num_sequences, self.cfg.num_minibatches)):
             stats, grad_norm, stepped = self._train_minibatch(
                 batch, rows, lengths, probe if i == 0 else None, pre, engine_lp_BT
@@ -133,7 +120,7 @@ class Learner:
         metrics["clip_frac_seqs_first_mb"] = per_minibatch[0]["clip_frac_seqs"]
         metrics.update(self._probe_metrics(batch, probe))
         metrics.update(pre.metrics)  # the whole batch's mismatch, when it was recomputed
-        metrics.update(_version_lag(batch))
+        metrics.update(version_lag(batch))
         elapsed = time.perf_counter() - start
         metrics.update(
             grad_norm_max=max(m["grad_norm"] for m in per_minibatch),
@@ -147,12 +134,12 @@ class Learner:
         return metrics
 
     @torch.no_grad()
-    def _pre_update(self, batch: FlatBatch, lengths: list[int]) -> _PreUpdate:
+    def _pre_update(self, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
         """What the old policy (the weights before this update) says about the batch, when an
         option needs it: its log-probs (the anchor and the behaviour weights) and its routing."""
         off, replay = self._off, self.cfg.routing_replay
         if not (off.needs_trainer_logprobs or replay):
-            return _PreUpdate(batch)
+            return PreUpdate(batch)
         self.model.eval()
         # With replay every rank needs the routes of the rows it will train: all ranks take all.
         rows = list(range(batch.num_sequences))
@@ -172,7 +159,7 @@ class Learner:
         if not replay:
             all_reduce_(lp_BT, self._info)
         trainer_lp_BT = lp_BT.cpu()
-        out = _PreUpdate(batch, routes=routes)
+        out = PreUpdate(batch, routes=routes)
         if off.needs_trainer_logprobs:
             mask = batch.loss_mask_BT.bool()
             out.weights_BT, out.metrics = behaviour_weights(
@@ -233,8 +220,8 @@ class Learner:
         batch: FlatBatch,
         rows: list[int],
         lengths: list[int],
-        probe: _Probe | None,
-        pre: _PreUpdate,
+        probe: Probe | None,
+        pre: PreUpdate,
         engine_lp_BT: torch.Tensor,
     ) -> tuple[dict[str, float], float, bool]:
         stats = MinibatchStats(self._objective.ratio_level)
@@ -366,9 +353,7 @@ class Learner:
     # ----------------------------------------------------------------------------------------
     # probes: engine-vs-learner gap and expert volatility
     # ----------------------------------------------------------------------------------------
-    def _record_probe(
-        self, probe: _Probe, rows: Rows, lp_BT, mb: FlatBatch, routes, engine
-    ) -> None:
+    def _record_probe(self, probe: Probe, rows: Rows, lp_BT, mb: FlatBatch, routes, engine) -> None:
         probe.micro.append(rows)
         probe.routes.append(routes[0] if routes else None)
         if rows is None:
@@ -383,7 +368,7 @@ class Learner:
         log_w_B = sequence_log_ratio(lp_BT.detach(), engine, mask)[mask.any(dim=1)]
         probe.seq_log_ratios.extend(log_w_B.tolist())
 
-    def _probe_metrics(self, batch: FlatBatch, probe: _Probe) -> dict[str, float]:
+    def _probe_metrics(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
         d = self.device
         sums = all_reduce_(torch.tensor([probe.gap_sum, probe.gap_count], device=d), self._info)
         gap_max = all_reduce_(torch.tensor([probe.gap_max], device=d), self._info, _MAX)
@@ -399,7 +384,7 @@ class Learner:
         return out
 
     @torch.no_grad()
-    def _expert_volatility(self, batch: FlatBatch, probe: _Probe) -> dict[str, float]:
+    def _expert_volatility(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
         """Re-route the first minibatch's tokens under the updated weights and compare."""
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
         counts = torch.zeros(4, dtype=torch.float64, device=self.device)
@@ -457,35 +442,6 @@ class Learner:
 
 
 _MAX = torch.distributed.ReduceOp.MAX
-
-
-@dataclass(slots=True)
-class _PreUpdate:
-    """The batch as trained (anchor possibly replaced) and what the old policy's pass produced."""
-
-    batch: FlatBatch
-    weights_BT: torch.Tensor | None = None  # behaviour weights on every token (None: none)
-    metrics: dict[str, float] = field(default_factory=dict)
-    routes: dict[int, torch.Tensor] = field(default_factory=dict)  # row -> [layers, length, k]
-
-
-def _version_lag(batch: FlatBatch) -> dict[str, float]:
-    """How many weight versions each model token lags the newest in the batch (staleness)."""
-    v = batch.versions_BT[batch.loss_mask_BT.bool()]
-    if v.numel() == 0:
-        return {"version_lag_mean": 0.0, "version_lag_max": 0.0}
-    lag = (v.max() - v).float()
-    return {"version_lag_mean": float(lag.mean()), "version_lag_max": float(lag.max())}
-
-
-def all_gather_floats(values: list[float], info: ProcessInfo) -> torch.Tensor:
-    """Every rank's list of floats, concatenated (CPU, float64)."""
-    local = torch.tensor(values, dtype=torch.float64)
-    if not info.distributed:
-        return local
-    gathered: list[list[float]] = [[] for _ in range(info.world_size)]
-    torch.distributed.all_gather_object(gathered, values)
-    return torch.tensor([x for part in gathered for x in part], dtype=torch.float64)
 
 
 class _null:
