@@ -223,6 +223,10 @@ def check_choices(cfg: Any) -> None:
         raise ValueError(
             f"algorithm.turn_discount must be in [0, 1], got {cfg.algorithm.turn_discount}"
         )
+    from gspo_agents.offpolicy import OffPolicyConfig
+
+    a = cfg.algorithm
+    OffPolicyConfig(a.old_logprobs, a.seq_is_cap, a.seq_mask_bound)  # raises naming the key
     if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
         raise ValueError(
             "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "

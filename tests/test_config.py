@@ -101,3 +101,17 @@ def test_cfg_job_prints_the_resolved_config():
     assert proc.returncode == 0, proc.stderr
     printed = OmegaConf.create(proc.stdout)
     assert printed.env.name == "math" and printed.algorithm.name == "gspo"
+
+
+def test_algorithm_options_are_checked_before_any_model_is_built():
+    with pytest.raises(ValueError, match="old_logprobs=recompute or decoupled"):
+        check_choices(compose_run("algorithm.seq_is_cap=2.0"))
+    with pytest.raises(ValueError, match="algorithm.loss_agg.*token-mean"):
+        check_choices(compose_run("algorithm.loss_agg=sum"))
+    with pytest.raises(ValueError, match="turn_discount"):
+        check_choices(compose_run("algorithm.turn_discount=1.5"))
+    with pytest.raises(ValueError, match="async_rollouts"):
+        check_choices(
+            compose_run("algorithm.dynamic_sampling_rounds=2", "trainer.async_rollouts=true")
+        )
+    check_choices(compose_run("algorithm.old_logprobs=decoupled", "algorithm.seq_is_cap=2.0"))
