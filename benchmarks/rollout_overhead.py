@@ -42,7 +42,9 @@ class InstantEngine:
     def weight_version(self) -> int:
         return 0
 
-    async def generate(self, input_ids: list[int], sampling: SamplingParams, request_id: str):
+    async def generate(
+        self, input_ids: list[int], sampling: SamplingParams, request_id: str, *, route_key=None
+    ):
         self.calls += 1
         await asyncio.sleep(0)  # one trip through the event loop, as any real engine call makes
         n = min(len(self._answer), sampling.max_new_tokens)

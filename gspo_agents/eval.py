@@ -40,6 +40,7 @@ class EvalReport:
     pass_at_1: float = 0.0
     pass_at_k: float = 0.0
     num_errors: int = 0
+    num_tasks_available: int = 0  # the split's size before eval.max_tasks
     per_task: dict[str, dict] = field(default_factory=dict)
 
     def table(self) -> str:
@@ -47,7 +48,7 @@ class EvalReport:
             ("env", self.env),
             ("split", self.split),
             ("model", self.model),
-            ("tasks", str(self.num_tasks)),
+            ("tasks", self._tasks()),
             ("samples / task", str(self.k)),
             ("pass@1", f"{self.pass_at_1:.4f}"),
             (f"pass@{self.k}", f"{self.pass_at_k:.4f}"),
@@ -55,6 +56,11 @@ class EvalReport:
         ]
         width = max(len(r[0]) for r in rows)
         return "\n".join(f"{name:<{width}} | {value}" for name, value in rows)
+
+    def _tasks(self) -> str:
+        if self.num_tasks_available > self.num_tasks:
+            return f"{self.num_tasks} of {self.num_tasks_available} (eval.max_tasks)"
+        return str(self.num_tasks)
 
 
 def score_groups(groups, k: int, report: EvalReport) -> EvalReport:
@@ -101,7 +107,15 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
 
     env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     env = envs.make(cfg.env.name, **env_kwargs)
-    tasks = env.load_tasks(cfg.eval.split)[: cfg.eval.max_tasks or None]
+    tasks = env.load_tasks(cfg.eval.split)
+    available = len(tasks)
+    if cfg.eval.max_tasks and available > cfg.eval.max_tasks:
+        print(
+            f"eval: evaluating the first {cfg.eval.max_tasks} of {available} {cfg.eval.split} "
+            f"tasks (eval.max_tasks={cfg.eval.max_tasks}; eval.max_tasks=null evaluates all)",
+            file=sys.stderr,
+        )
+        tasks = tasks[: cfg.eval.max_tasks]
     model_dir = resolve_eval_model(cfg)
     rollout = OmegaConf.to_container(cfg.rollout, resolve=True)
     rollout.update(num_samples_per_task=cfg.eval.k, temperature=cfg.eval.temperature)
@@ -117,6 +131,7 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
         if sandbox is not None:
             await sandbox.aclose()
     report = EvalReport(cfg.env.name, cfg.eval.split, model_dir, cfg.eval.k)
+    report.num_tasks_available = available
     return score_groups(result.groups, cfg.eval.k, report)
 
 

@@ -41,6 +41,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weight-version", type=int, default=0)
     p.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="reported in /server_info, as SGLang does (this server honours seeds either way)",
+    )
+    p.add_argument(
+        "--health-check-timeout",
+        type=float,
+        default=20.0,
+        help="s a /health call waits while generation is paused before 503 (SGLang: 20)",
+    )
+    p.add_argument(
         "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
     )
     p.add_argument("--log-level", default="warning")
@@ -77,7 +88,12 @@ async def serve(args: argparse.Namespace) -> None:
     sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        build_app(engine, tokenizer),
+        build_app(
+            engine,
+            tokenizer,
+            deterministic=args.enable_deterministic_inference,
+            health_check_timeout_s=args.health_check_timeout,
+        ),
         log_level=args.log_level,
         timeout_keep_alive=5,  # SGLang's (uvicorn's) default; clients expire idle ones sooner
         access_log=False,

@@ -3,6 +3,10 @@
     async with Sandbox.create() as sb:            # backend="auto": the strongest available
         result = await sb.run(Program("python", src), [TestCase("1 2\\n", "3")], Limits(time_s=1))
 
+Function-style results (sandbox.functional: HumanEval, LeetCode) cannot be forged by the
+submission: a trusted harness process that never runs submitted code holds the result channel
+and the expected values (sandbox/fnharness.py; tests/sandbox/test_function_forgery.py).
+
 What it protects against (each item has an adversarial test in tests/sandbox, run on every
 backend): fork bombs (process limits), memory bombs (address-space and container memory limits),
 CPU hogs and sleepers (CPU and wall time limits), output floods (capped stdout, capped scratch

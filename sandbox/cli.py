@@ -1,4 +1,4 @@
-"""`python -m sandbox run | judge | doctor | serve`: the sandbox as a command-line tool.
+"""`python -m sandbox run | judge | verify | doctor | serve`: the sandbox as a command-line tool.
 
 Exit codes: 0 success (run: verdict OK; judge: every test passed; doctor: some isolating backend
 works), 1 the program failed (any non-OK verdict), 2 usage error, 3 sandbox/system error.
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import image
+from sandbox import verify as verifying
 from sandbox.core import AUTO_ORDER, BACKENDS, Sandbox, build_backend
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.functional import function_call
@@ -77,7 +78,17 @@ def _parser() -> argparse.ArgumentParser:
         help="a directory of NAME.in + NAME.out/.ans, or a JSONL file",
     )
     judge.add_argument("--lang", choices=("python", "cpp"))
-    judge.add_argument("--checker", type=Path, help="testlib-style checker program")
+    judge.add_argument(
+        "--checker",
+        type=Path,
+        help="checker program, or a Kattis output validator directory (sources + headers)",
+    )
+    judge.add_argument(
+        "--checker-protocol",
+        choices=("testlib", "kattis"),
+        help="testlib: argv input output answer, exit 0 = OK; kattis: argv input answer "
+        "feedback_dir [flags] < output, exit 42/43 (default: kattis for a directory)",
+    )
     judge.add_argument(
         "--function",
         help="function-style tests: call this function "
@@ -85,8 +96,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     judge.add_argument("--mode", choices=("tokens", "lines", "float"), default="tokens")
     judge.add_argument("--early-stop", action="store_true")
+    judge_options(judge)
     common(judge)
     judge.set_defaults(func=cmd_judge)
+
+    verify = verifying.add_parser(sub)
+    verify.add_argument("--backend", default="auto", choices=BACKENDS)
+    verify.add_argument("--allow-unsafe-local", action="store_true")
+    verify.set_defaults(func=_verify)
 
     doctor = sub.add_parser("doctor", help="which backends work here, and the image")
     doctor.add_argument("--no-build", action="store_true", help="only check, never build")
@@ -101,6 +118,38 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-queue", type=int, default=256)
     serve.set_defaults(func=cmd_serve)
     return parser
+
+
+def judge_options(p: argparse.ArgumentParser) -> None:
+    """Kattis default-validator semantics and the time multiplier, as flags."""
+    p.add_argument(
+        "--case-insensitive",
+        action="store_true",
+        help="letters compare case-insensitively (Kattis's default validator)",
+    )
+    p.add_argument(
+        "--space-change-sensitive",
+        action="store_true",
+        help="the whitespace between tokens must match exactly",
+    )
+    p.add_argument("--float-tolerance", type=float, help="absolute and relative tolerance")
+    p.add_argument("--float-absolute-tolerance", type=float)
+    p.add_argument("--float-relative-tolerance", type=float)
+    p.add_argument(
+        "--validator-flags",
+        default="",
+        help="extra arguments for a checker (Kattis output_validator_flags)",
+    )
+    p.add_argument(
+        "--time-multiplier", type=float, default=1.0, help="scale the time limit by this factor"
+    )
+
+
+def _verify(args: argparse.Namespace) -> int:
+    try:
+        return verifying.cmd_verify(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -121,7 +170,10 @@ def make_sandbox(args: argparse.Namespace, max_concurrency: int = 1) -> Sandbox:
 
 def limits_of(args: argparse.Namespace) -> Limits:
     try:
-        return Limits(time_s=args.time_limit, memory_mb=args.memory_limit)
+        scale = getattr(args, "time_multiplier", 1.0)
+        if not scale > 0:
+            raise ValueError(f"--time-multiplier {scale} must be positive")
+        return Limits(time_s=args.time_limit * scale, memory_mb=args.memory_limit)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -200,20 +252,36 @@ def _natural(name: str) -> list[Any]:
 
 
 def _tests_from_dir(path: Path) -> list[dict[str, Any]]:
+    """NAME.in (+ NAME.out / NAME.ans) in `path`; a Kattis-style directory (a package, or its
+    data/) contributes sample/ first, then secret/ and its groups, in natural order."""
+    data = path / "data" if (path / "data").is_dir() else path
+    inputs_nested = (data / "sample").is_dir() or (data / "secret").is_dir()
+    if inputs_nested:
+        inputs = [
+            inp
+            for part in ("sample", "secret")
+            if (data / part).is_dir()
+            for inp in sorted(
+                (data / part).rglob("*.in"), key=lambda p: _natural(str(p.relative_to(data)))
+            )
+        ]
+    else:
+        inputs = sorted(path.glob("*.in"), key=lambda p: _natural(p.name))
     rows = []
-    for inp in sorted(path.glob("*.in"), key=lambda p: _natural(p.name)):
+    for inp in inputs:
         answer = next(
             (inp.with_suffix(s) for s in (".out", ".ans") if inp.with_suffix(s).exists()), None
         )
+        name = str(inp.relative_to(data).with_suffix("")) if inputs_nested else inp.stem
         rows.append(
             {
                 "stdin": inp.read_text(),
                 "expected": answer.read_text() if answer else None,
-                "name": inp.stem,
+                "name": name,
             }
         )
     if not rows:
-        raise UsageError(f"{path}: no NAME.in files found")
+        raise UsageError(f"{path}: no NAME.in files found (also looked in sample/ and secret/)")
     return rows
 
 
@@ -228,9 +296,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     else:
         program = load_program(args.file, args.lang)
         tests = [TestCase(str(r.get("stdin", "")), r.get("expected")) for r in rows]
-    judge = JudgeSpec(mode=args.mode)
-    if args.checker:
-        judge = JudgeSpec(mode="checker", checker=load_program(args.checker, None))
+    judge = judge_of(args)
     result = asyncio.run(_run_once(args, program, tests, judge, args.early_stop))
     if result.verdict is Verdict.CE:
         print(result.compile_output, end="")
@@ -245,6 +311,49 @@ def cmd_judge(args: argparse.Namespace) -> int:
         f"(backend {result.backend})"
     )
     return _exit_code(result)
+
+
+def judge_of(args: argparse.Namespace) -> JudgeSpec:
+    """The JudgeSpec the judge command's flags describe (UsageError names a bad combination)."""
+    options: dict[str, Any] = {
+        "case_sensitive": not args.case_insensitive,
+        "space_change_sensitive": args.space_change_sensitive,
+    }
+    flags = tuple(args.validator_flags.split())
+    if args.checker:
+        protocol = args.checker_protocol or ("kattis" if args.checker.is_dir() else "testlib")
+        if args.checker.is_dir():
+            from sandbox.kattis import PackageError, validator_program
+
+            try:
+                checker = validator_program(args.checker)
+            except PackageError as exc:
+                raise UsageError(str(exc)) from exc
+        else:
+            checker = load_program(args.checker, None)
+        return JudgeSpec(
+            mode="checker",
+            checker=checker,
+            checker_protocol=protocol,  # type: ignore[arg-type]  # argparse choices
+            checker_args=flags,
+            **options,
+        )
+    abs_tol = _first(args.float_absolute_tolerance, args.float_tolerance)
+    rel_tol = _first(args.float_relative_tolerance, args.float_tolerance)
+    mode = "float" if abs_tol is not None or rel_tol is not None else args.mode
+    if mode == "float" and args.mode not in ("tokens", "float"):
+        raise UsageError(f"--mode {args.mode} cannot take a float tolerance")
+    tolerances: dict[str, Any] = {"abs_tol": 1e-6, "rel_tol": 1e-6}
+    if abs_tol is not None or rel_tol is not None:  # Kattis: a tolerance not given is off
+        tolerances = {"abs_tol": abs_tol or 0.0, "rel_tol": rel_tol or 0.0}
+    try:
+        return JudgeSpec(mode=mode, **tolerances, **options)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 # ---- doctor ---------------------------------------------------------------------------------

@@ -7,10 +7,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from sandbox import compile_cache as compiled
 from sandbox import judge as judging
 from sandbox.backends.base import Backend, RunnerOutput
+from sandbox.compile_cache import CompileCache, image_identity, shared_cache
 from sandbox.config import SandboxConfig
 from sandbox.errors import BackendFailure, SandboxUnavailable
+from sandbox.functional import apply_judge, harness_request
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
 log = logging.getLogger("sandbox")
@@ -68,11 +71,22 @@ class Sandbox:
     first uses it. Infrastructure failures come back as Verdict.SE, never as an exception.
     """
 
-    def __init__(self, backend: Backend, *, max_concurrency: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        max_concurrency: int,
+        compile_cache: CompileCache | bool = True,
+    ) -> None:
         self._backend = backend
         self.backend_name: str = backend.name
         self.max_concurrency = max_concurrency
         self._sem = asyncio.Semaphore(max_concurrency)
+        # True: the process-wide cache (sandbox/compile_cache.py); False: compile every time.
+        self.compile_cache: CompileCache | None = (
+            shared_cache() if compile_cache is True else compile_cache or None
+        )
+        self._image = image_identity(backend)
 
     @classmethod
     def create(
@@ -81,6 +95,7 @@ class Sandbox:
         *,
         max_concurrency: int = 4,
         allow_unsafe_local: bool = False,
+        compile_cache: CompileCache | bool = True,
         **backend_options: Any,
     ) -> Sandbox:
         if backend not in BACKENDS:
@@ -97,12 +112,20 @@ class Sandbox:
                 "sandbox: UNSAFE-LOCAL backend selected: generated code runs on this "
                 "host with NO isolation (allow_unsafe_local=True)"
             )
-            return cls(build_backend(backend, max_concurrency, {}), max_concurrency=max_concurrency)
+            return cls(
+                build_backend(backend, max_concurrency, {}),
+                max_concurrency=max_concurrency,
+                compile_cache=compile_cache,
+            )
         if backend != "auto":
             chosen = build_backend(backend, max_concurrency, backend_options)
             log.info("sandbox: using the %s backend (requested)", backend)
-            return cls(chosen, max_concurrency=max_concurrency)
-        return cls(_pick_auto(max_concurrency, backend_options), max_concurrency=max_concurrency)
+            return cls(chosen, max_concurrency=max_concurrency, compile_cache=compile_cache)
+        return cls(
+            _pick_auto(max_concurrency, backend_options),
+            max_concurrency=max_concurrency,
+            compile_cache=compile_cache,
+        )
 
     @classmethod
     def from_config(cls, config: SandboxConfig) -> Sandbox:
@@ -133,20 +156,26 @@ class Sandbox:
         early_stop: bool = False,
     ) -> RunResult:
         """Compile once, run every test under `limits`, judge on the host."""
-        tests = list(tests)
+        tests = apply_judge(program, list(tests), judge)
         if not tests:
             raise ValueError("Sandbox.run needs at least one TestCase")
-        interactive = early_stop and judge.mode != "checker"
+        interactive = early_stop  # checker mode stops at a crash/TLE; the checker at a reject
 
         def keep_going(event: dict[str, Any]) -> bool:
+            if judge.mode == "checker":
+                return _raw_result(event).verdict is Verdict.OK
             return _judge_event(event, tests[event["index"]], judge).verdict is Verdict.OK
 
         request = self._request(program, [{"stdin": t.stdin} for t in tests], limits, interactive)
+        cached_error = compiled.prepare(self.compile_cache, program, self._image, request)
+        if cached_error is not None:  # this exact source failed to compile before
+            return RunResult(Verdict.CE, (), cached_error.message, self.backend_name)
         async with self._sem:
             try:
                 out = await self._execute_with_retries(request, keep_going, limits, len(tests))
             except (BackendFailure, OSError) as exc:  # OSError: the backend's binary vanished
                 return self._system_error(tests, str(exc))
+            compiled.remember(self.compile_cache, program, self._image, request, out)
             result = self._assemble(out, tests, judge, early_stop)
             if judge.mode == "checker" and result.verdict is not Verdict.SE:
                 result = await self._check(result, tests, judge, early_stop)
@@ -181,6 +210,7 @@ class Sandbox:
         return {
             "language": program.language,
             "source": program.source,
+            "harness": harness_request(program),
             "tests": tests,
             "limits": self._limits(limits),
             "compile_limits": self._limits(COMPILE_LIMITS),
@@ -233,31 +263,30 @@ class Sandbox:
         todo = [i for i, r in enumerate(result.tests) if r.verdict is Verdict.OK]
         if not todo:
             return result
-        files = [
-            {
-                "stdin": "",
-                "argv": ["input.txt", "output.txt", "answer.txt"],
-                "files": {
-                    "input.txt": tests[i].stdin,
-                    "output.txt": result.tests[i].stdout,
-                    "answer.txt": tests[i].expected or "",
-                },
-            }
-            for i in todo
-        ]
-        request = self._request(judge.checker, files, CHECKER_LIMITS, False)
+        files = [_checker_test(tests[i], result.tests[i].stdout, judge) for i in todo]
+
+        def keep_going(event: dict[str, Any]) -> bool:
+            raw = result.tests[todo[event["index"]]]
+            return _checker_verdict(raw, event, judge).verdict is Verdict.OK
+
+        request = self._request(judge.checker, files, CHECKER_LIMITS, early_stop)
+        cached_error = compiled.prepare(self.compile_cache, judge.checker, self._image, request)
+        if cached_error is not None:
+            return self._system_error(tests, f"checker failed: {cached_error.message[-1000:]}")
         try:
-            out = await self._execute_with_retries(
-                request, lambda _: True, CHECKER_LIMITS, len(todo)
-            )
+            out = await self._execute_with_retries(request, keep_going, CHECKER_LIMITS, len(todo))
         except (BackendFailure, OSError) as exc:
             return self._system_error(tests, f"checker: {exc}")
-        if not out.compile_ok or not out.finished or len(out.tests) != len(todo):
+        compiled.remember(self.compile_cache, judge.checker, self._image, request, out)
+        complete = len(out.tests) == len(todo) or (early_stop and out.tests)
+        if not out.compile_ok or not out.finished or not complete:
             why = out.compile_output if not out.compile_ok else _crash_message("checker", out)
             return self._system_error(tests, f"checker failed: {why[-1000:]}")
         results = list(result.tests)
         for i, event in zip(todo, out.tests):
-            results[i] = _checker_verdict(results[i], event)
+            results[i] = _checker_verdict(results[i], event, judge)
+        if len(out.tests) < len(todo):  # early stop: the checker rejected test todo[k]
+            results = results[: todo[len(out.tests) - 1] + 1]
         if early_stop:
             results = _truncate_after_failure(results)
         return RunResult(
@@ -310,9 +339,36 @@ def _judge_event(event: dict[str, Any], test: TestCase, spec: JudgeSpec) -> Test
     )
 
 
-def _checker_verdict(raw: TestResult, event: dict[str, Any]) -> TestResult:
+def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, Any]:
+    """One checker run: testlib reads three files; a Kattis output validator reads the input
+    and answer files, writes feedback to a directory (its scratch dir) and the output on stdin."""
+    answer = test.expected or ""
+    if judge.checker_protocol == "kattis":
+        return {
+            "stdin": output,
+            "argv": ["input.txt", "answer.txt", "./", *judge.checker_args],
+            "files": {"input.txt": test.stdin, "answer.txt": answer},
+        }
+    return {
+        "stdin": "",
+        "argv": ["input.txt", "output.txt", "answer.txt", *judge.checker_args],
+        "files": {"input.txt": test.stdin, "output.txt": output, "answer.txt": answer},
+    }
+
+
+KATTIS_ACCEPT, KATTIS_REJECT = 42, 43
+
+
+def _checker_verdict(raw: TestResult, event: dict[str, Any], judge: JudgeSpec) -> TestResult:
     status, code = event["status"], event["exit_code"]
     note = (event["stdout"] + event["stderr"]).strip()[-500:]
+    if judge.checker_protocol == "kattis":  # 42/43 only: a crash is never the contestant's
+        if status == "re" and code == KATTIS_ACCEPT:
+            status = "ok"
+        elif status == "re" and code == KATTIS_REJECT:
+            code = 1
+        else:  # exit 0, another code, a signal or a limit: the validator failed
+            status = "validator"
     if status == "ok":
         return TestResult(
             Verdict.OK, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, note

@@ -8,7 +8,9 @@ Protocol (one JSON object per line):
   host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
                    "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
                    "scratch_parent", "wipe_dirs"}
-  runner -> host   {"event": "compile", "ok", "output"}
+  runner -> host   {"event": "compile", "ok", "output", "binary"?}  (binary: base64, when the
+                   request asked with "return_binary": max bytes; a request may carry "binary" to skip
+                   compiling: sandbox/compile_cache.py)
                    {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
                    {"event": "error", "message"}   (the runner itself failed: a system error)
@@ -24,6 +26,7 @@ isolated pid namespace / container) it SIGKILLs every process it may signal afte
 nothing a test started survives into the next one.
 """
 
+import base64
 import ctypes
 import json
 import math
@@ -237,6 +240,38 @@ def classify(reason, code, cpu, mem_mb, stderr, lim):
     return "ok", ""
 
 
+HARNESS_CODE: dict[
+    str, str
+] = {}  # harness source -> its marshalled code object (hex), compiled once per runner
+HARNESS_BOOT = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.pop(1))), {'__name__': '__main__'})"
+
+
+def harness_argv(req, run_argv):
+    """With a request's "harness": {"source", "argv"} (python; function-style tests, see
+    sandbox/fnharness.py) each test runs `python3 -I -c BOOT CODE main.py *ARGV`: trusted code from
+    the command line, not from a file the program could replace, and -I keeps the
+    program-writable directories off sys.path. CODE is the harness compiled here, by this same
+    interpreter, once (not once per test: compiling it costs more than running it)."""
+    harness = req.get("harness")
+    if not harness or req["language"] != "python":
+        return run_argv
+    source = harness["source"]
+    if source not in HARNESS_CODE:
+        import marshal
+
+        HARNESS_CODE.clear()
+        HARNESS_CODE[source] = marshal.dumps(compile(source, "fnharness.py", "exec")).hex()
+    return [
+        "python3",
+        "-I",
+        "-c",
+        HARNESS_BOOT,
+        HARNESS_CODE[source],
+        *run_argv[1:],
+        *harness["argv"],
+    ]
+
+
 def compile_program(req, scratch, kill_all):
     """Return (argv, ok, output)."""
     src = os.path.join(scratch, "main.py" if req["language"] == "python" else "main.cpp")
@@ -252,6 +287,11 @@ def compile_program(req, scratch, kill_all):
         binary = os.path.join(scratch, "main")
         argv = ["g++", "-std=c++17", "-O2", "-pipe", "-o", binary, src]
         run_argv = [binary]
+        if req.get("binary"):  # a compile-cache hit (sandbox/compile_cache.py): no compile
+            with open(binary, "wb") as fh:
+                fh.write(base64.b64decode(req["binary"]))
+            os.chmod(binary, 0o755)
+            return run_argv, True, ""
     res = run_one(argv, empty, scratch, clim, kill_all)
     if res["status"] == "ok":
         return run_argv, True, ""
@@ -315,9 +355,14 @@ def handle(req):
     scratch = tempfile.mkdtemp(prefix="run-", dir=req.get("scratch_parent") or None)
     try:
         run_argv, ok, output = compile_program(req, scratch, req["kill_all"])
-        emit({"event": "compile", "ok": ok, "output": output[-STDERR_CAP:]})
+        event = {"event": "compile", "ok": ok, "output": output[-STDERR_CAP:]}
+        cap = req.get("return_binary") or 0  # the compile cache's size cap in bytes
+        if ok and req["language"] == "cpp" and 0 < os.path.getsize(run_argv[0]) <= cap:
+            with open(run_argv[0], "rb") as fh:
+                event["binary"] = base64.b64encode(fh.read()).decode("ascii")
+        emit(event)
         if ok:
-            run_tests(req, scratch, run_argv)
+            run_tests(req, scratch, harness_argv(req, run_argv))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         for shared in req.get("wipe_dirs") or ():

@@ -9,15 +9,32 @@
 
 Admission control: at most max_concurrency runs execute and max_queue wait; beyond that a
 request gets 429 with Retry-After at once (back-pressure, not an unbounded backlog). Bodies over
-max_body_bytes get 413 before they are read in full. Malformed requests get 400 naming the
-problem. The service executes code only through the Sandbox it was given; it binds to 127.0.0.1
-unless told otherwise and has no endpoint that touches the host.
+max_body_bytes get 413 before they are read in full. Malformed requests get 400 with a JSON
+{"error"} naming the field; an internal error is a JSON 500, never plain text.
+
+Every limit a client sends is checked and capped here (ServiceConfig; defaults in brackets):
+  limits.time_s, limits.wall_time_s, run_timeout   finite, in (0, max_time_s]       [60 s]
+  limits.memory_mb, memory_limit_MB                integer in [1, max_memory_mb]    [4096]
+  limits.output_bytes                              integer in [1, max_output_bytes] [8 MiB]
+      and output_bytes x number of tests <= max_total_output_bytes                  [256 MiB]
+  limits.processes                                 integer in [1, max_processes]    [64]
+  tests                                            1..max_tests                     [1000]
+  judge.abs_tol, judge.rel_tol                     finite, in [0, 1e6]
+Booleans are not numbers, NaN/Infinity are refused, an integral float (256.0) counts as an
+integer; an absent wall_time_s is 3 x time_s + 1 capped at max_time_s. JSON nested deeper than
+the parser's limit (~900 levels) is a 400, as is a value nested deeper than 500 levels in
+function-style arguments.
+
+The service executes code only through the Sandbox it was given; it binds to 127.0.0.1 unless
+told otherwise and has no endpoint that touches the host.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +57,8 @@ from sandbox.types import (
     Verdict,
 )
 
+log = logging.getLogger("sandbox.service")
+
 LANGUAGE_ALIASES = {
     "python": "python",
     "python3": "python",
@@ -53,11 +72,16 @@ LANGUAGE_ALIASES = {
 
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
+    """Server-side maxima: a request asking for more gets 400 naming the field."""
+
     max_queue: int = 256  # requests waiting for a sandbox slot beyond those running
     max_body_bytes: int = 2 << 20
     max_tests: int = 1000
-    max_time_s: float = 60.0
+    max_time_s: float = 60.0  # time_s and wall_time_s (and SandboxFusion's run_timeout)
     max_memory_mb: int = 4096
+    max_output_bytes: int = 8 << 20  # per test; the runner's 64 MiB line holds it JSON-escaped
+    max_total_output_bytes: int = 256 << 20  # output_bytes x tests: host memory for the reply
+    max_processes: int = 64
     retry_after_s: int = 1
 
 
@@ -92,6 +116,11 @@ def build_app(
             return JSONResponse({"error": str(exc)}, status_code=413)
         except (BadRequest, ValueError, TypeError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
+        except (RecursionError, MemoryError) as exc:  # a pathological value got past parsing
+            return JSONResponse({"error": f"request too complex: {exc!r:.200}"}, status_code=400)
+        except Exception as exc:  # a bug: still a JSON answer, never starlette's plain text
+            log.exception("sandbox service: internal error")
+            return JSONResponse({"error": f"internal error: {exc!r:.300}"}, status_code=500)
         finally:
             state["pending"] -= 1
 
@@ -146,7 +175,9 @@ async def _read_json(request: Request, limit: int) -> dict[str, Any]:
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except RecursionError as exc:
+        raise BadRequest("request body nests too deeply (JSON depth is limited to ~900)") from exc
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, or an int too long
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
@@ -155,18 +186,24 @@ async def _read_json(request: Request, limit: int) -> dict[str, Any]:
 
 # ---- request parsing ------------------------------------------------------------------------
 def _field(
-    body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = ...
+    body: dict[str, Any],
+    name: str,
+    kind: type | tuple[type, ...],
+    default: Any = ...,
+    *,
+    where: str = "",
 ) -> Any:
+    label = where + name
     if name not in body or body[name] is None:
         if default is ...:
-            raise BadRequest(f"missing required field {name!r}")
+            raise BadRequest(f"missing required field {label!r}")
         return default
     value = body[name]
     if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise BadRequest(f"field {name!r} must be a number, got a boolean")
+        raise BadRequest(f"field {label!r} must be a number, got a boolean")
     if not isinstance(value, kind):
         want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise BadRequest(f"field {name!r} must be {want}, got {type(value).__name__}")
+        raise BadRequest(f"field {label!r} must be {want}, got {type(value).__name__}")
     return value
 
 
@@ -185,14 +222,60 @@ def parse_language(value: Any) -> str:
     return LANGUAGE_ALIASES[value.lower()]
 
 
-def _limits(raw: dict[str, Any], config: ServiceConfig) -> Limits:
-    _check_keys(raw, {"time_s", "memory_mb", "output_bytes", "processes", "wall_time_s"}, "limits")
-    limits = Limits(**raw)
-    if limits.effective_wall_time_s > config.max_time_s or limits.time_s > config.max_time_s:
-        raise BadRequest(f"time limits above the service maximum of {config.max_time_s}s")
-    if limits.memory_mb > config.max_memory_mb:
-        raise BadRequest(f"memory_mb above the service maximum of {config.max_memory_mb}")
-    return limits
+def _number(
+    body: dict[str, Any], name: str, low: float, high: float, default: Any, *, where: str = ""
+) -> Any:
+    """A finite number in (low, high], not a boolean; `default` when absent or null."""
+    if body.get(name) is None:
+        return default
+    value = _field(body, name, (int, float), where=where)
+    label = f"{where}{name}"
+    if not math.isfinite(value):
+        raise BadRequest(f"field {label!r} must be a finite number, got {value!r}")
+    if not low < value <= high:
+        raise BadRequest(
+            f"field {label!r}={value!r} is out of range: must be in ({low:g}, {high:g}]"
+        )
+    return value
+
+
+def _integer(body: dict[str, Any], name: str, high: int, default: Any, *, where: str = "") -> Any:
+    """An integer in [1, high] (an integral float such as 256.0 is accepted)."""
+    if body.get(name) is None:
+        return default
+    value = _number(body, name, 0, high, default, where=where)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise BadRequest(f"field {where + name!r} must be an integer, got {value!r}")
+        value = int(value)
+    if value < 1:
+        raise BadRequest(f"field {where + name!r}={value!r} is out of range: must be >= 1")
+    return value
+
+
+LIMIT_KEYS = {"time_s", "memory_mb", "output_bytes", "processes", "wall_time_s"}
+
+
+def _limits(raw: dict[str, Any], config: ServiceConfig, num_tests: int) -> Limits:
+    _check_keys(raw, LIMIT_KEYS, "limits")
+    d, w = Limits(), "limits."
+    output_bytes = _integer(raw, "output_bytes", config.max_output_bytes, d.output_bytes, where=w)
+    if output_bytes * num_tests > config.max_total_output_bytes:
+        raise BadRequest(
+            f"field 'limits.output_bytes'={output_bytes} x {num_tests} tests exceeds the "
+            f"service's total of {config.max_total_output_bytes} bytes; lower one of them"
+        )
+    time_s = float(_number(raw, "time_s", 0, config.max_time_s, d.time_s, where=w))
+    wall_time_s = _number(raw, "wall_time_s", 0, config.max_time_s, None, where=w)
+    if wall_time_s is None:  # the library's default (3 x time_s + 1), within the maximum
+        wall_time_s = min(3 * time_s + 1, config.max_time_s)
+    return Limits(
+        time_s=time_s,
+        memory_mb=_integer(raw, "memory_mb", config.max_memory_mb, d.memory_mb, where=w),
+        output_bytes=output_bytes,
+        processes=_integer(raw, "processes", config.max_processes, d.processes, where=w),
+        wall_time_s=float(wall_time_s),
+    )
 
 
 JUDGE_KEYS = {"language", "source", "tests", "limits", "judge", "early_stop", "function"}
@@ -220,32 +303,40 @@ def parse_judge(
     else:
         program = Program(language, source)  # type: ignore[arg-type]
         tests = [_stdin_test(t, i) for i, t in enumerate(raw_tests)]
-    limits = _limits(_field(body, "limits", dict, {}), config)
+    limits = _limits(_field(body, "limits", dict, {}), config, len(tests))
     spec = _judge_spec(_field(body, "judge", dict, {}))
     return program, tests, limits, spec, bool(_field(body, "early_stop", bool, False))
 
 
 def _stdin_test(raw: dict[str, Any], index: int) -> TestCase:
     _check_keys(raw, {"stdin", "expected"}, f"tests[{index}]")
-    stdin = _field(raw, "stdin", str, "")
-    return TestCase(stdin=stdin, expected=_field(raw, "expected", str, None))
+    where = f"tests[{index}]."
+    stdin = _field(raw, "stdin", str, "", where=where)
+    return TestCase(stdin=stdin, expected=_field(raw, "expected", str, None, where=where))
 
 
 def _judge_spec(raw: dict[str, Any]) -> JudgeSpec:
     _check_keys(raw, {"mode", "abs_tol", "rel_tol", "checker"}, "judge")
     checker = None
     if raw.get("checker") is not None:
-        c = _field(raw, "checker", dict)
+        c = _field(raw, "checker", dict, where="judge.")
         checker = Program(
             parse_language(c.get("language")),  # type: ignore[arg-type]
-            _field(c, "source", str),
+            _field(c, "source", str, where="judge.checker."),
         )
     return JudgeSpec(
-        mode=_field(raw, "mode", str, "tokens"),
-        abs_tol=float(_field(raw, "abs_tol", (int, float), 1e-6)),
-        rel_tol=float(_field(raw, "rel_tol", (int, float), 1e-6)),
+        mode=_field(raw, "mode", str, "tokens", where="judge."),
+        abs_tol=_tolerance(raw, "abs_tol"),
+        rel_tol=_tolerance(raw, "rel_tol"),
         checker=checker,
     )
+
+
+def _tolerance(raw: dict[str, Any], name: str) -> float:
+    value = _field(raw, name, (int, float), 1e-6, where="judge.")
+    if not (math.isfinite(value) and 0 <= value <= 1e6):
+        raise BadRequest(f"field 'judge.{name}' must be a finite number in [0, 1e6], got {value!r}")
+    return float(value)
 
 
 FUSION_KEYS = {
@@ -269,14 +360,14 @@ def parse_run_code(body: dict[str, Any], config: ServiceConfig) -> tuple[Program
     )
     if _field(body, "files", dict, {}) or _field(body, "fetch_files", list, []):
         raise BadRequest("'files' and 'fetch_files' are not supported by this service")
-    run_timeout = float(_field(body, "run_timeout", (int, float), 10))
-    memory = int(_field(body, "memory_limit_MB", (int, float), -1))
-    _field(body, "compile_timeout", (int, float), 10)  # compile limits are the sandbox's own
-    if not 0 < run_timeout <= config.max_time_s:
-        raise BadRequest(f"run_timeout must be in (0, {config.max_time_s}], got {run_timeout}")
-    memory = 1024 if memory <= 0 else memory
-    if memory > config.max_memory_mb:
-        raise BadRequest(f"memory_limit_MB above the service maximum of {config.max_memory_mb}")
+    run_timeout = float(_number(body, "run_timeout", 0, config.max_time_s, 10))
+    # compile limits are the sandbox's own; the field is checked, then ignored
+    _number(body, "compile_timeout", 0, 1e6, 10)
+    raw_memory = _field(body, "memory_limit_MB", (int, float), -1)
+    if isinstance(raw_memory, (int, float)) and math.isfinite(raw_memory) and raw_memory <= 0:
+        memory = 1024  # SandboxFusion: 0 or -1 mean "the default"
+    else:
+        memory = _integer(body, "memory_limit_MB", config.max_memory_mb, 1024)
     # SandboxFusion's run_timeout is wall-clock; CPU time gets the same budget.
     limits = Limits(time_s=run_timeout, memory_mb=memory, wall_time_s=run_timeout)
     return program, TestCase(stdin=_field(body, "stdin", str, "")), limits

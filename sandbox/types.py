@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
@@ -9,6 +10,7 @@ from typing import Literal
 Language = Literal["python", "cpp"]
 LANGUAGES: tuple[str, ...] = ("python", "cpp")
 JUDGE_MODES: tuple[str, ...] = ("tokens", "lines", "float", "checker")
+CHECKER_PROTOCOLS: tuple[str, ...] = ("testlib", "kattis")
 
 
 class Verdict(str, Enum):
@@ -22,10 +24,16 @@ class Verdict(str, Enum):
     SE = "SE"  # the sandbox itself failed: an infrastructure error, never a wrong answer
 
 
+_ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
 @dataclass(frozen=True, slots=True)
 class Program:
     language: Language
     source: str
+    # Function-style: call this function ("f", or "Class.method" on a fresh instance) instead of
+    # running the script; the tests come from sandbox.functional.function_tests.
+    entry: str | None = None
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
@@ -34,6 +42,13 @@ class Program:
             )
         if not isinstance(self.source, str):
             raise TypeError(f"Program.source must be str, got {type(self.source).__name__}")
+        if self.entry is not None:
+            if self.language != "python":
+                raise ValueError("Program.entry (function-style tests) needs language='python'")
+            if not isinstance(self.entry, str) or not _ENTRY.match(self.entry):
+                raise ValueError(
+                    f"Program.entry={self.entry!r} must look like 'f' or 'Class.method'"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +85,29 @@ class JudgeSpec:
     mode: Literal["tokens", "lines", "float", "checker"] = "tokens"
     abs_tol: float = 1e-6
     rel_tol: float = 1e-6
-    # testlib-style: run with argv (input_file, output_file, answer_file); exit 0 = OK, else WA.
+    # testlib: argv (input_file, output_file, answer_file); exit 0 = OK, 3 = checker failure,
+    # else WA. kattis: argv (input_file, answer_file, feedback_dir, *checker_args) with the
+    # program's output on stdin; exit 42 = OK, 43 = WA, anything else = checker failure.
     checker: Program | None = None
+    checker_protocol: Literal["testlib", "kattis"] = "testlib"
+    checker_args: tuple[str, ...] = ()
+    # Kattis default-validator semantics (tokens/float modes): letter case matters only with
+    # case_sensitive; with space_change_sensitive the whitespace between tokens must match too.
+    case_sensitive: bool = True
+    space_change_sensitive: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in JUDGE_MODES:
             raise ValueError(f"JudgeSpec.mode={self.mode!r} is unknown; use one of {JUDGE_MODES}")
+        if self.checker_protocol not in CHECKER_PROTOCOLS:
+            raise ValueError(
+                f"JudgeSpec.checker_protocol={self.checker_protocol!r} is unknown; "
+                f"use one of {CHECKER_PROTOCOLS}"
+            )
+        for name in ("abs_tol", "rel_tol"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and value >= 0):
+                raise ValueError(f"JudgeSpec.{name}={value!r} must be a number >= 0")
         if self.mode == "checker" and self.checker is None:
             raise ValueError("JudgeSpec.mode='checker' needs JudgeSpec.checker=Program(...)")
 

@@ -74,6 +74,10 @@ async def test_multi_turn_over_http_masks_env_segments(server, tokenizer, model_
         await engine.close()
     trajs = result.trajectories
     assert len(trajs) == 2 and all(t.status == Status.COMPLETE for t in trajs)
+    # Every turn's request carried its trajectory id as the routing key (X-SMG-Routing-Key).
+    async with httpx.AsyncClient() as client:
+        keys = _stats((await client.get(server.url + "/server_info")).json())["routing_keys"]
+    assert all(keys.get(t.uid) == 3 for t in trajs), keys
     batch = flatten(trajs, [1.0, -1.0], pad_id=0)
     for row, traj in enumerate(trajs):
         assert [s.kind for s in traj.segments] == ["model", "env"] * 2 + ["model"]

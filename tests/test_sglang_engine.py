@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import time
 import uuid
 
 import httpx
@@ -348,80 +345,6 @@ async def test_update_weights_from_distributed_over_nccl(tiny_path):
             assert_learner_logprobs(new_model.cpu(), [1, 12, 13], gen)
         finally:
             await eng.close()
-
-
-# --- behind a real sglang_router -------------------------------------------------------------
-
-
-@pytest.fixture
-def router(server):
-    """The real SGLang router (Rust, CPU-installable: pip install sglang-router) in front of
-    our server; the client must find the workers behind it and fan control calls out to them."""
-    pytest.importorskip("sglang_router", reason="pip install sglang-router to test router mode")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sglang_router.launch_router",
-            "--worker-urls",
-            server.url,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--policy",
-            "cache_aware",
-            "--log-level",
-            "warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                body = httpx.get(url + "/workers", timeout=2).json()
-                if any(w.get("is_healthy") for w in body.get("workers", [])):
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail("sglang_router did not report a healthy worker")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-async def test_router_url_routes_generate_and_fans_control_out_to_workers(
-    router, server, reference, tiny_path, tmp_path
-):
-    eng = SGLangEngine([router])
-    try:
-        await eng.start()
-        assert eng.worker_urls == [server.url]  # discovered behind the router
-        prompt = [1, 21, 22]
-        gen = await eng.generate(prompt, SamplingParams(max_new_tokens=6), "via-router")
-        assert_learner_logprobs(reference, prompt, gen)
-
-        task = asyncio.create_task(eng.generate([1, 8], SamplingParams(max_new_tokens=3000), "rab"))
-        await wait_steps(server.url, 5)
-        await eng.abort("rab")  # sent to the workers: the router does not fan control calls out
-        partial = await task
-        assert partial.finish_reason in ("abort", "stop") and len(partial.token_ids) < 3000
-
-        load_model(tiny_path).save_pretrained(tmp_path)
-        await eng.pause()
-        await eng.update_weights(str(tmp_path), 6)
-        await eng.resume()
-        gen = await eng.generate(prompt, SamplingParams(max_new_tokens=3), "after")
-        assert gen.weight_version == 6
-    finally:
-        await eng.update_weights(tiny_path, 0)
-        await eng.close()
 
 
 # --- weight sync end to end ------------------------------------------------------------------

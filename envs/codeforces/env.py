@@ -23,10 +23,12 @@ from typing import Any, Literal
 
 from envs.base import Message, TextEnv
 from envs.codeforces.extract import NO_CODE, Extraction, extract_code
+from envs.codeforces.loaders import load_source, parse_source
 from envs.codeforces.problems import Problem, load_problemset, load_split
 from envs.errors import InfraError, TaskError
 from sandbox import JudgeSpec, Limits, Program, RunResult, Sandbox, TestCase, Verdict
 from sandbox.core import BackendName
+from sandbox.functional import function_program
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +38,18 @@ INSTRUCTION = (
     "Read from standard input and write to standard output. "
     "Answer with exactly one ```python or ```cpp code block."
 )
+FUNCTION_INSTRUCTION = "Answer with exactly one ```python code block that defines `{name}`."
 _closing: set[asyncio.Task] = set()  # aclose tasks started by a sync close() inside a running loop
 
 
 class CodeforcesEnv(TextEnv):
     """gspo/Codeforces-v0. kwargs: max_turns, reward_mode, sandbox (shared instance) or
-    sandbox_backend + sandbox_options (a private one, created lazily), problems_dir or
-    openr1_path (other task sources for load_tasks), tiers (keep only these difficulty tiers,
-    e.g. ["easy"]; None keeps all)."""
+    sandbox_backend + sandbox_options (a private one, created lazily), source ("FORMAT:PATH",
+    e.g. "kattis:/data/nwerc2023"; formats in envs.codeforces.loaders; problems_dir and
+    openr1_path are older spellings of "dir:PATH" and "openr1:PATH"), source_options (the
+    loader's options), tiers (keep only these difficulty tiers of the shipped set or problems_dir,
+    e.g. ["easy"]; None keeps all; a source is used whole),
+    time_multiplier (scales every problem's time limit, e.g. 2 on a loaded machine)."""
 
     def __init__(
         self,
@@ -57,8 +63,15 @@ class CodeforcesEnv(TextEnv):
         openr1_path: str | None = None,
         openr1_skip_unsupported: bool = False,
         tiers: list[str] | None = None,
+        source: str | None = None,
+        source_options: dict[str, Any] | None = None,
+        time_multiplier: float = 1.0,
     ) -> None:
         super().__init__(max_turns=max_turns)
+        if not time_multiplier > 0:
+            raise ValueError(f"time_multiplier={time_multiplier!r} must be positive")
+        if source is not None:
+            parse_source(source)  # fail at construction on a bad spelling
         if reward_mode not in ("all", "fraction"):
             raise ValueError(
                 f"reward_mode={reward_mode!r}; choose 'all' (1 if every test passes) or 'fraction'"
@@ -73,6 +86,9 @@ class CodeforcesEnv(TextEnv):
         self._openr1_path = openr1_path
         self._openr1_skip = openr1_skip_unsupported
         self._tiers = list(tiers) if tiers else None
+        self._source = source
+        self._source_options = dict(source_options or {})
+        self._time_multiplier = float(time_multiplier)
         self._problem: Problem | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # private loop of the sync step()
 
@@ -80,6 +96,8 @@ class CodeforcesEnv(TextEnv):
     def load_tasks(self, split: str) -> list[dict[str, Any]]:
         if split not in ("train", "test"):
             raise ValueError(f"split={split!r}; Codeforces-v0 has 'train' and 'test'")
+        if self._source:  # tiers name the shipped set's tiers: a source is used whole
+            return [p.to_row() for p in load_source(self._source, split, **self._source_options)]
         if self._openr1_path:
             from envs.codeforces.openr1 import load_openr1
 
@@ -125,6 +143,10 @@ class CodeforcesEnv(TextEnv):
         self.turn += 1
         last_turn = self.turn >= self.max_turns
         extraction = extract_code(action)
+        if extraction.ok and problem.function_name and extraction.language != "python":
+            extraction = Extraction(
+                None, None, "wrong_language", f"{problem.id} takes a Python function"
+            )
         if not extraction.ok:
             return self._finish_unjudged(extraction, last_turn)
         result = await self._judge(problem, extraction)
@@ -174,12 +196,14 @@ class CodeforcesEnv(TextEnv):
         # astep judges only an ok extraction, which always carries a program
         assert extraction.language is not None and extraction.source is not None
         program = Program(language=extraction.language, source=extraction.source)
+        if problem.function_name:
+            program = function_program(extraction.source, problem.function_name)
         tests = [TestCase(stdin=t.input, expected=t.output) for t in problem.all_tests]
         try:
             result = await sandbox.run(
                 program,
                 tests,
-                problem_limits(problem),
+                problem_limits(problem, self._time_multiplier),
                 judge_spec(problem),
                 early_stop=self.reward_mode == "all",
             )
@@ -243,24 +267,37 @@ def render_prompt(problem: Problem) -> str:
         parts.append(
             f"Example {i}\nInput:\n{sample.input.rstrip()}\nOutput:\n{sample.output.rstrip()}"
         )
+    if problem.function_name:
+        if problem.starter_code.strip():
+            parts.append(f"Starter code:\n```python\n{problem.starter_code.rstrip()}\n```")
+        parts.append(FUNCTION_INSTRUCTION.format(name=problem.function_name))
+        return "\n\n".join(parts)
     parts.append(f"Time limit: {problem.time_limit_s:g} s. Memory limit: {problem.memory_mb} MB.")
     parts.append(INSTRUCTION)
     return "\n\n".join(parts)
 
 
-def problem_limits(problem: Problem) -> Limits:
-    return Limits(time_s=problem.time_limit_s, memory_mb=problem.memory_mb)
+def problem_limits(problem: Problem, time_multiplier: float = 1.0) -> Limits:
+    return Limits(time_s=problem.time_limit_s * time_multiplier, memory_mb=problem.memory_mb)
 
 
 def judge_spec(problem: Problem) -> JudgeSpec:
     j = problem.judge
+    options: dict[str, Any] = {
+        "case_sensitive": j.case_sensitive,
+        "space_change_sensitive": j.space_change_sensitive,
+    }
     if j.mode == "checker":
         if j.checker_source is None:
             raise TaskError(f"task {problem.id!r}: judge mode 'checker' without a checker program")
         return JudgeSpec(
-            mode="checker", checker=Program(language=j.checker_language, source=j.checker_source)
+            mode="checker",
+            checker=Program(language=j.checker_language, source=j.checker_source),
+            checker_protocol=j.checker_protocol,  # type: ignore[arg-type]
+            checker_args=j.checker_args,
+            **options,
         )
-    return JudgeSpec(mode=j.mode, abs_tol=j.abs_tol, rel_tol=j.rel_tol)
+    return JudgeSpec(mode=j.mode, abs_tol=j.abs_tol, rel_tol=j.rel_tol, **options)
 
 
 def _clip(text: str, limit: int = FEEDBACK_CHARS) -> str:

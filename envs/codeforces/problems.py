@@ -42,6 +42,10 @@ class Judge:
     rel_tol: float = 1e-6
     checker_language: Language = "python"
     checker_source: str | None = None
+    checker_protocol: str = "testlib"  # or "kattis" (argv input answer feedback_dir, exit 42/43)
+    checker_args: tuple[str, ...] = ()
+    case_sensitive: bool = True
+    space_change_sensitive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,10 @@ class Problem:
     reference: dict[str, str] = field(default_factory=dict)  # language -> source
     tier: str = ""
     tags: tuple[str, ...] = ()
+    # Function-style problems (HumanEval, MBPP, LeetCode-style rows): the answer is a Python
+    # function of this name ("f" or "Class.method"); tests are sandbox.functional rows.
+    function_name: str | None = None
+    starter_code: str = ""
 
     @property
     def all_tests(self) -> tuple[Test, ...]:
@@ -80,10 +88,16 @@ class Problem:
                 "abs_tol": self.judge.abs_tol,
                 "rel_tol": self.judge.rel_tol,
                 "checker": checker,
+                "checker_protocol": self.judge.checker_protocol,
+                "checker_args": list(self.judge.checker_args),
+                "case_sensitive": self.judge.case_sensitive,
+                "space_change_sensitive": self.judge.space_change_sensitive,
             },
             "reference": dict(self.reference),
             "tier": self.tier,
             "tags": list(self.tags),
+            "function_name": self.function_name,
+            "starter_code": self.starter_code,
         }
 
     @classmethod
@@ -109,6 +123,8 @@ class Problem:
             reference=dict(row.get("reference") or {}),
             tier=str(row.get("tier", "")),
             tags=tuple(row.get("tags") or ()),
+            function_name=row.get("function_name") or None,
+            starter_code=str(row.get("starter_code") or ""),
         )
 
 
@@ -157,12 +173,21 @@ def _judge(raw: dict[str, Any], pid: str) -> Judge:
         raise TaskError(
             f"task {pid!r}: judge.checker.language={language!r}; expected one of {LANGUAGES}"
         )
+    protocol = raw.get("checker_protocol", "testlib")
+    if protocol not in ("testlib", "kattis"):
+        raise TaskError(
+            f"task {pid!r}: judge.checker_protocol={protocol!r}; expected 'testlib' or 'kattis'"
+        )
     return Judge(
         mode=mode,
         abs_tol=float(raw.get("abs_tol", 1e-6)),
         rel_tol=float(raw.get("rel_tol", 1e-6)),
         checker_language=language,
         checker_source=(checker or {}).get("source"),
+        checker_protocol=protocol,
+        checker_args=tuple(str(a) for a in raw.get("checker_args") or ()),
+        case_sensitive=bool(raw.get("case_sensitive", True)),
+        space_change_sensitive=bool(raw.get("space_change_sensitive", False)),
     )
 
 

@@ -1,17 +1,21 @@
 """Math task rows: the shipped problem set and loaders for user data (JSONL or Parquet).
 
 Every loader returns rows {"id", "question", "answer"} where "answer" is the gold answer as
-LaTeX text. Accepted input shapes, per row:
+LaTeX text. Accepted input shapes, per row (a .jsonl line, a JSON array item, or a Parquet row):
 - {"question" | "problem", "answer"}                     (answer may be a number)
+- {"question", "answer": "...reasoning...\n#### 72"}     (GSM8K: the text after the last ####,
+                                                           thousands separators removed)
 - {"question" | "problem", "solution": "... \\boxed{42}"}   (the last \\boxed{} is the answer)
-Extra fields are kept. A row with neither shape raises TaskError naming the file, row and fix.
-Whether a gold answer is readable by math-verify is only known in the verifier; Math-v0 raises
-TaskError then (`validate_gold_answers` checks a whole file up front).
+An optional "id" names the row in errors and reports (default FILESTEM-INDEX). Extra fields are
+kept. A row with neither shape raises TaskError naming the file, row and fix. Whether math-verify
+can read a gold answer is checked when Math-v0 loads a user file (MathEnv.check_gold_answers),
+so a bad row fails at load time with its id, not mid-run.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +79,13 @@ def _gold_answer(raw: dict[str, Any], where: str) -> str:
         )
     if isinstance(answer, (int, float)):
         return str(answer)
+    if isinstance(answer, str) and "####" in answer:
+        final = gsm8k_final_answer(answer)
+        if not final:
+            raise TaskError(
+                f"{where}: nothing after '####' in 'answer'; put the final answer there"
+            )
+        return final
     if isinstance(answer, str) and answer.strip():
         return answer.strip()
     solution = raw.get("solution")
@@ -86,6 +97,15 @@ def _gold_answer(raw: dict[str, Any], where: str) -> str:
             f"{where}: 'solution' has no \\boxed{{...}} answer; add one or an 'answer' field"
         )
     raise TaskError(f"{where}: needs an 'answer' field or a 'solution' containing \\boxed{{...}}")
+
+
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+
+
+def gsm8k_final_answer(answer: str) -> str:
+    """GSM8K's answer field: reasoning, then '#### 1,234' -> '1234'."""
+    final = answer.rsplit("####", 1)[1].strip()
+    return _THOUSANDS.sub("", final)
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -2,8 +2,11 @@
 
 Scoring: 1.0 when math-verify finds the boxed answer equivalent to the gold answer (1/2, 0.5 and
 \\frac{1}{2} are the same), else 0.0 -- including no boxed answer, an unreadable one, or one
-longer than `max_answer_chars`. A gold answer math-verify cannot read raises TaskError; a
-verifier that times out or dies raises InfraError. Neither is ever a reward of 0.
+longer than `max_answer_chars`. An answer that makes the verifier time out, blow up or crash
+(`\\boxed{2^{2^{30}}}`, deep nesting) is the model's doing: reward 0 with
+`info["verify_error"]` saying what happened (counted as rollout/verify_errors). A gold answer
+math-verify cannot read raises TaskError; a broken verifier pool raises InfraError. Neither is
+ever a reward of 0.
 """
 
 from __future__ import annotations
@@ -20,8 +23,19 @@ from envs.math.verify import DEFAULT_TIMEOUT_S, Verification, VerifierPool, shar
 DEFAULT_PROMPT = "{question}\n\nPut your final answer in \\boxed{{}}."
 
 
+SHIPPED = "shipped"  # train_path/test_path value that selects the shipped split explicitly
+
+
 class MathEnv(TextEnv):
-    """Single-turn math with exact answers. Each split is the shipped set unless its path is given."""
+    """Single-turn math with exact answers.
+
+    Data: train_path / test_path (env.kwargs.train_path=PATH on the command line) name a .jsonl
+    or .parquet file of rows in a shape envs/math/data.py lists ({"question", "answer"},
+    GSM8K's "#### N" answers, or a "solution" with \\boxed{}). With neither, both splits are the
+    shipped generated set. Giving only one is an error when the other split is loaded (say
+    "shipped" to mean the shipped one). Gold answers of a user file are checked with math-verify
+    at load time; an unreadable one raises TaskError naming the row.
+    """
 
     def __init__(
         self,
@@ -60,16 +74,32 @@ class MathEnv(TextEnv):
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         path = self.paths[split]
-        return builtin_tasks(split) if path is None else load_math_file(path)
+        other = self.paths["test" if split == "train" else "train"]
+        if path is None and other not in (None, SHIPPED):
+            raise ValueError(
+                f"env.kwargs.{'train' if split == 'test' else 'test'}_path is set but "
+                f"{split}_path is not: set env.kwargs.{split}_path=PATH, or "
+                f"env.kwargs.{split}_path={SHIPPED} to use the shipped {split} split"
+            )
+        if path is None or path == SHIPPED:
+            return builtin_tasks(split)
+        rows = load_math_file(path)
+        self.check_gold_answers(rows, source=str(path))
+        return rows
 
     def reference_response(self, task: dict[str, Any]) -> str:
         return f"The answer is \\boxed{{{task['answer']}}}."
 
-    def check_gold_answers(self, rows: list[dict[str, Any]]) -> None:
-        """Raise TaskError listing every row whose gold answer math-verify cannot read."""
-        bad = [r["id"] for r in rows if not self.pool.verify(r["answer"], r["answer"]).gold_ok]
+    def check_gold_answers(self, rows: list[dict[str, Any]], source: str = "rows") -> None:
+        """Raise TaskError naming every row whose gold answer math-verify cannot read."""
+        bad = [r for r in rows if not self.pool.verify(r["answer"], r["answer"]).gold_ok]
         if bad:
-            raise TaskError(f"{len(bad)} gold answers cannot be parsed by math-verify: {bad[:20]}")
+            shown = ", ".join(f"id {r['id']!r} (answer {r['answer'][:40]!r})" for r in bad[:10])
+            raise TaskError(
+                f"{source}: {len(bad)} gold answer(s) math-verify cannot read: {shown}"
+                f"{' ...' if len(bad) > 10 else ''}; fix the 'answer' (or the \\boxed{{}} in "
+                "'solution') of these rows"
+            )
 
     # -- episode --------------------------------------------------------------------------------
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
@@ -121,4 +151,7 @@ class MathEnv(TextEnv):
             info["reason"] = "no_boxed_answer"
         elif len(parsed) > self.max_answer_chars:
             info["reason"] = "answer_too_long"
+        elif verification is not None and verification.error:
+            info["reason"] = "verify_error"
+            info["verify_error"] = verification.error
         return [], reward, True, False, info

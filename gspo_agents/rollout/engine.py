@@ -69,10 +69,16 @@ class Engine(Protocol):
     def weight_version(self) -> int: ...
 
     async def generate(
-        self, input_ids: list[int], sampling: SamplingParams, request_id: str
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        *,
+        route_key: str | None = None,
     ) -> Generation:
         """Continue `input_ids`. An aborted request returns the tokens made so far with
-        finish_reason 'abort' (it does not raise)."""
+        finish_reason 'abort' (it does not raise). `route_key` names the trajectory: an engine
+        with several workers keeps every request of one key on one worker (its prefix cache)."""
         ...
 
     async def abort(self, request_id: str | None = None) -> None:

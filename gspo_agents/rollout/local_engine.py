@@ -144,10 +144,11 @@ class LocalEngine:
         sampling: SamplingParams,
         request_id: str,
         *,
+        route_key: str | None = None,
         ignore_eos: bool = False,
     ) -> Generation:
         """Continue `input_ids`; stops at `sampling.stop_token_ids` and, unless `ignore_eos`,
-        at the model's eos (SGLang's default)."""
+        at the model's eos (SGLang's default). One worker: `route_key` has nothing to choose."""
         request = self._submit(list(input_ids), sampling, request_id, ignore_eos)
         try:
             return await request.future
@@ -224,6 +225,10 @@ class LocalEngine:
 
     async def health(self) -> bool:
         return self._worker.is_alive() and not self._closed
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     async def close(self) -> None:
         with self._cond:

@@ -278,6 +278,9 @@ class RolloutManager:
             )
             traj.reward = float(reward)
             traj.turn_rewards.append(float(info.get("turn_reward", reward)))
+            if info.get("verify_error"):  # scored (0) and kept, but counted and shown
+                stats.verify_errors += 1
+                traj.info["verify_error"] = str(info["verify_error"])
             if terminated:
                 traj.status = Status.COMPLETE
                 return
@@ -370,7 +373,7 @@ class RolloutManager:
             rid = request_id(traj)
             started = time.perf_counter()
             try:
-                return await self.engine.generate(input_ids, sampling, rid)
+                return await self.engine.generate(input_ids, sampling, rid, route_key=traj.uid)
             except EngineRequestError as exc:
                 raise TrajectoryFailed("engine", f"engine rejected the request: {exc}") from exc
             except EngineError as exc:

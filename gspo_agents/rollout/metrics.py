@@ -28,6 +28,7 @@ class RolloutStats:
     behind_version_generations: int = 0
     restarted_stale: int = 0
     dropped_stale: int = 0
+    verify_errors: int = 0  # env steps whose info has "verify_error": the answer broke a verifier
     errors: collections.Counter = field(default_factory=collections.Counter)
     truncations: collections.Counter = field(default_factory=collections.Counter)
 
@@ -49,6 +50,7 @@ def stats_metrics(s: RolloutStats) -> dict[str, float]:
         "rollout/behind_version_generations": float(s.behind_version_generations),
         "rollout/restarted_stale": float(s.restarted_stale),
         "rollout/dropped_stale": float(s.dropped_stale),
+        "rollout/verify_errors": float(s.verify_errors),
     }
     for kind in ("engine", "env_infra", "env_exception", "timeout"):
         m[f"rollout/error_{kind}"] = float(s.errors[kind])

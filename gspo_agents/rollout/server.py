@@ -5,10 +5,15 @@ SGLang's request and response JSON shapes (see shared/SGLANG.md), so the SGLangE
 over real HTTP in tests and a CPU-only user has a server. Endpoints:
 
   POST /generate                      input_ids (one list, or a list of lists for a batch),
-                                      sampling_params, return_logprob, rid
-  GET  /health, /health_generate      200, or 503 once the engine is closed
-  GET  /get_model_info, /model_info   model_path, weight_version, ...
-  GET  /get_server_info, /server_info what the client probes at start
+                                      sampling_params, return_logprob, rid; blocks while paused
+  GET  /health, /health_generate      200, or 503 once the engine is closed; while generation is
+                                      paused it waits for the resume, up to health_check_timeout_s,
+                                      then 503 (SGLang's health check generates a token)
+  GET  /ready                         200, or 503 while paused
+  GET  /get_model_info, /model_info   model_path, weight_version: the CURRENT version
+  GET  /get_server_info, /server_info launch arguments: the LAUNCH weight_version (an update does
+                                      not change it, as in SGLang), enable_deterministic_inference
+  (any)                               X-SMG-Routing-Key: counted per key in server_info stats
   POST /abort_request                 {"rid", "abort_all"}: rid matches by PREFIX, as SGLang does
   POST /pause_generation              {"mode": "abort"}: in-flight requests return 'abort'
   POST /continue_generation
@@ -19,12 +24,14 @@ over real HTTP in tests and a CPU-only user has a server. Endpoints:
   POST /flush_cache                   a no-op: the local engine keeps no prefix cache
 
 Differences from SGLang: weight versions must be integer strings (our Engine protocol counts
-versions); only pause mode "abort" exists; `text` is decoded only when a tokenizer is present.
+versions); only pause mode "abort" exists; `text` is decoded only when a tokenizer is present;
+seeds are honoured with or without --enable-deterministic-inference (which is only reported).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -42,6 +49,8 @@ from gspo_agents.rollout.local_engine import LocalEngine
 log = logging.getLogger(__name__)
 
 SERVER_VERSION = "gspo-agents-local/0.1"
+ROUTING_KEY_HEADER = "x-smg-routing-key"
+_MAX_ROUTING_KEYS = 4096  # distinct keys kept in the stats (the oldest are dropped)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -100,16 +109,29 @@ def parse_version(raw: Any, current: int) -> int:
 class LocalServer:
     """Request handlers over one LocalEngine. Build the app with `build_app`."""
 
-    def __init__(self, engine: LocalEngine, tokenizer=None) -> None:
+    def __init__(
+        self,
+        engine: LocalEngine,
+        tokenizer=None,
+        *,
+        deterministic: bool = False,
+        health_check_timeout_s: float = 20.0,
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.started_at = time.time()
+        self.launch_version = engine.weight_version  # what /server_info reports, as SGLang does
+        self.deterministic = deterministic
+        self.health_check_timeout_s = health_check_timeout_s
         self.weight_groups: dict[str, Any] = {}  # group_name -> torch ProcessGroup
+        self.routing_keys: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.weight_updates = 0  # successful updates (disk or distributed) since launch
 
     # --- generation ------------------------------------------------------------------------
 
     async def generate(self, request: Request) -> JSONResponse:
         body = await request.json()
+        self._count_routing_key(request.headers.get(ROUTING_KEY_HEADER))
         input_ids = body.get("input_ids")
         if input_ids is None:
             raise BadRequest("send input_ids (token ids); this server does not take text")
@@ -136,6 +158,13 @@ class LocalServer:
         ]
         return JSONResponse(out if batched else out[0])
 
+    def _count_routing_key(self, key: str | None) -> None:
+        if key is None:
+            return
+        self.routing_keys[key] = self.routing_keys.pop(key, 0) + 1
+        while len(self.routing_keys) > _MAX_ROUTING_KEYS:
+            self.routing_keys.popitem(last=False)
+
     def _generation_json(self, gen: Generation, rid: str, want_logprobs: bool) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "id": rid,
@@ -156,7 +185,18 @@ class LocalServer:
     # --- status ----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> JSONResponse:
+        """As SGLang 0.5.23: the check generates a token, so while paused it waits for the
+        resume, and answers 503 when none comes within the timeout."""
+        deadline = time.monotonic() + self.health_check_timeout_s
+        while self.engine.paused:
+            if time.monotonic() >= deadline:
+                return JSONResponse({}, status_code=503)
+            await asyncio.sleep(0.05)
         ok = await self.engine.health()
+        return JSONResponse({}, status_code=200 if ok else 503)
+
+    async def ready(self, request: Request) -> JSONResponse:
+        ok = not self.engine.paused and await self.engine.health()
         return JSONResponse({}, status_code=200 if ok else 503)
 
     async def model_info(self, request: Request) -> JSONResponse:
@@ -176,7 +216,8 @@ class LocalServer:
                 "version": SERVER_VERSION,
                 "engine": "local",
                 "model_path": self.engine.model_path,
-                "weight_version": str(self.engine.weight_version),
+                "weight_version": str(self.launch_version),  # launch argument, never updated
+                "enable_deterministic_inference": self.deterministic,
                 "context_length": self.engine.context_length,
                 "max_running_requests": self.engine.max_batch_size,
                 "tp_size": 1,
@@ -187,6 +228,8 @@ class LocalServer:
                     "requests": self.engine.stats.requests,
                     "forward_steps": self.engine.stats.forward_steps,
                     "max_running": self.engine.stats.max_running,
+                    "routing_keys": dict(self.routing_keys),
+                    "weight_updates": self.weight_updates,
                 },
             }
         )
@@ -229,6 +272,7 @@ class LocalServer:
             await self.engine.update_weights(str(path), version)
         except (OSError, ValueError, EngineRequestError) as exc:
             return _error(f"failed to load weights from {path!r}: {exc}")
+        self.weight_updates += 1
         return JSONResponse(
             {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
         )
@@ -273,6 +317,7 @@ class LocalServer:
             )
         except EngineRequestError as exc:
             return _error(str(exc))
+        self.weight_updates += 1
         return JSONResponse({"success": True, "message": f"received {len(names)} tensors"})
 
 
@@ -339,13 +384,25 @@ def _handle(fn):
     return endpoint
 
 
-def build_app(engine: LocalEngine, tokenizer=None) -> Starlette:
-    server = LocalServer(engine, tokenizer)
+def build_app(
+    engine: LocalEngine,
+    tokenizer=None,
+    *,
+    deterministic: bool = False,
+    health_check_timeout_s: float = 20.0,
+) -> Starlette:
+    server = LocalServer(
+        engine,
+        tokenizer,
+        deterministic=deterministic,
+        health_check_timeout_s=health_check_timeout_s,
+    )
     get, post = ["GET"], ["POST"]
     routes = [
         Route("/generate", _handle(server.generate), methods=post),
         Route("/health", _handle(server.health), methods=get),
         Route("/health_generate", _handle(server.health), methods=get),
+        Route("/ready", _handle(server.ready), methods=get),
         Route("/get_model_info", _handle(server.model_info), methods=get),
         Route("/model_info", _handle(server.model_info), methods=get),  # newer SGLang name
         Route("/get_server_info", _handle(server.server_info), methods=get),

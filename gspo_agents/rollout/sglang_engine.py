@@ -8,13 +8,16 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   wire (fixed length, so no rid is a prefix of another; SGLang aborts by prefix); the caller's
   request_id maps to it for abort().
 - Sticky routing: a trajectory stays on one worker so its prefix stays in that worker's radix
-  cache. The routing key is `route_key=` if given, else the caller's request_id with a trailing
-  "-<32 hex chars>" removed (the RolloutManager's "<trajectory uid>-<uuid4 hex>" ids thus route
-  by trajectory uid), else the whole request_id (sglang_workers.py: rendezvous hashing).
+  cache. The routing key is `route_key=` (the RolloutManager passes the trajectory uid), else the
+  caller's request_id with a trailing "-<32 hex chars>" removed, else the whole request_id.
+  Given worker URLs, we pick the worker (sglang_workers.py: rendezvous hashing); behind a router
+  every /generate carries the key in the `X-SMG-Routing-Key` header, which sglang_router 0.3.x
+  routes by under `--policy manual` (docs/sglang.md).
 - Retries: connection errors and 5xx answers are retried with bounded exponential backoff on the
   next worker of the key's order (a failing worker leaves rotation for `down_cooldown_s`); when
   every attempt fails, EngineUnavailable. 4xx answers raise EngineRequestError (not retried).
-- Weight versions: a worker serves only at the engine's weight version. One that missed an
+- Weight versions: read from /model_info (sglang_workers.py). A worker serves only at the
+  engine's weight version. One that missed an
   update, failed, or answers at another version (it restarted unnoticed; that answer is
   discarded and the request retried) gets the last disk update replayed before it serves again.
 - Timeouts: connect timeout, NO read timeout on /generate (paused requests block server-side),
@@ -24,6 +27,12 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   does not fan them out. With a router URL the worker list comes from the router (/list_workers)
   or `worker_urls=`.
 - Cancellation: a cancelled generate() aborts its rid server-side (shielded) before re-raising.
+- NCCL updates pause generation first (`pause_mode`, default "abort"), broadcast, then continue:
+  unpaused, SGLang would wait for in-flight generations to finish before it receives, while the
+  learner is already broadcasting. A caller that paused already keeps its pause.
+- Seeds: `sampling_seed` takes effect only on servers launched with
+  --enable-deterministic-inference; the first seeded request warns once if a worker's server
+  info does not say so.
 
 Not here: the multi-turn loop, partial-rollout resumption and staleness (the RolloutManager).
 """
@@ -49,10 +58,17 @@ from gspo_agents.rollout.engine import (
 )
 from gspo_agents.rollout.sglang_http import RETRYABLE, ControlClient, backoff_s
 from gspo_agents.rollout.sglang_wire import (
+    PAUSE_MODES,
+    ROUTING_KEY_HEADER,
+    PauseMode,
     disk_update_body,
+    distributed_update_body,
     error_message,
+    generate_body,
+    init_group_body,
     json_body,
     parse_generation,
+    pause_body,
     sampling_json,
 )
 from gspo_agents.rollout.sglang_workers import WorkerPool, rank_workers, route_key_of
@@ -85,11 +101,19 @@ class SGLangEngine:
         down_cooldown_s: float = 2.0,
         keepalive_expiry_s: float = 4.0,
         max_connections: int = 1024,
+        pause_mode: PauseMode = "abort",
     ) -> None:
         if not urls:
             raise ValueError("SGLangEngine needs at least one URL (engine.urls=[http://host:port])")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if pause_mode not in PAUSE_MODES:
+            raise ValueError(
+                f"pause_mode={pause_mode!r} is not one of {list(PAUSE_MODES)} (SGLang's "
+                "/pause_generation modes)"
+            )
+        self._pause_mode = pause_mode
+        self._seed_checked = False
         self._urls = [u.rstrip("/") for u in urls]
         self._given_workers = [u.rstrip("/") for u in worker_urls or ()]
         self._deadline_s = request_timeout_s
@@ -144,14 +168,9 @@ class SGLangEngine:
         maps to. An abort returns the tokens so far with finish_reason 'abort'."""
         await self._ensure_started()
         key = route_key or route_key_of(request_id)
-        payload = {
-            "input_ids": list(input_ids),
-            "sampling_params": sampling_json(sampling),
-            "return_logprob": True,
-            "logprob_start_len": -1,
-            "stream": False,
-        }
-        work = self._generate_with_retries(payload, sampling, request_id, key)
+        if sampling.seed is not None and not self._seed_checked:
+            self._warn_unless_deterministic()
+        work = self._generate_with_retries(list(input_ids), sampling, request_id, key)
         try:
             if self._deadline_s is None:
                 return await work
@@ -164,7 +183,7 @@ class SGLangEngine:
             self._inflight.pop(request_id, None)
 
     async def _generate_with_retries(
-        self, payload: dict[str, Any], sampling: SamplingParams, request_id: str, key: str
+        self, input_ids: list[int], sampling: SamplingParams, request_id: str, key: str
     ) -> Generation:
         """Up to max_attempts tries on the key's workers in order. An answer from a worker at
         the wrong weight version is discarded and retried without using up an attempt (at most
@@ -184,7 +203,7 @@ class SGLangEngine:
                 continue
             epoch = self._pool.epoch
             try:
-                gen = await self._post_generate(url, payload, sampling, request_id)
+                gen = await self._post_generate(url, input_ids, sampling, request_id, key)
             except EngineRequestError:
                 raise
             except EngineError as exc:
@@ -203,14 +222,17 @@ class SGLangEngine:
         )
 
     async def _post_generate(
-        self, url: str, payload: dict[str, Any], sampling: SamplingParams, request_id: str
+        self, url: str, input_ids: list[int], sampling: SamplingParams, request_id: str, key: str
     ) -> Generation:
         """One POST /generate to `url`; transport errors and 5xx become EngineError."""
         wire = uuid.uuid4().hex
         self._inflight[request_id] = _InFlight(wire, url)
         try:
             resp = await self._http.client.post(
-                url + "/generate", json=payload | {"rid": wire}, timeout=self._gen_timeout
+                url + "/generate",
+                json=generate_body(input_ids, sampling, wire),
+                headers={ROUTING_KEY_HEADER: key},
+                timeout=self._gen_timeout,
             )
         except asyncio.CancelledError:
             await asyncio.shield(self._abort_quietly(url, wire))
@@ -243,12 +265,36 @@ class SGLangEngine:
             await self._pool.broadcast("/abort_request", {"rid": flight.wire_rid})
 
     async def pause(self) -> None:
+        """Mode "abort" (the Engine contract: in-flight requests return their tokens so far)."""
         await self._ensure_started()
-        await self._pool.broadcast("/pause_generation", {"mode": "abort"})
+        await self._pause("abort")
 
     async def resume(self) -> None:
         await self._ensure_started()
         await self._pool.broadcast("/continue_generation", {})
+        self._pool.paused = False
+
+    async def _pause(self, mode: str) -> None:
+        self._pool.paused = True  # before the call: a health check meanwhile must not hit /health
+        try:
+            await self._pool.broadcast("/pause_generation", pause_body(mode))
+        except BaseException:
+            self._pool.paused = False
+            raise
+
+    def _warn_unless_deterministic(self) -> None:
+        """Once: SGLang honours `sampling_seed` only with --enable-deterministic-inference."""
+        self._seed_checked = True
+        plain = [
+            w.url for w in self._pool.workers if not w.info.get("enable_deterministic_inference")
+        ]
+        if plain:
+            log.warning(
+                "seeded sampling requested, but SGLang worker(s) %s do not report "
+                "--enable-deterministic-inference: sampling_seed has no effect there and runs "
+                "will not repeat; relaunch them with --enable-deterministic-inference",
+                ", ".join(plain),
+            )
 
     async def update_weights(self, path: str, version: int) -> None:
         """Every worker loads HF safetensors from `path` (a filesystem all workers see)."""
@@ -327,14 +373,7 @@ class SGLangEngine:
             self._http.control(
                 w.url,
                 "/init_weights_update_group",
-                {
-                    "master_address": master_address,
-                    "master_port": master_port,
-                    "rank_offset": off,
-                    "world_size": world_size,
-                    "group_name": group_name,
-                    "backend": backend,
-                },
+                init_group_body(master_address, master_port, off, world_size, group_name, backend),
                 timeout_s,
             )
             for w, off in zip(self._pool.workers, offsets, strict=True)
@@ -363,22 +402,35 @@ class SGLangEngine:
         group_name: str = "gspo_weight_sync",
         flush_cache: bool = True,
     ) -> None:
-        """Broadcast tensors (HF names, on the group's device) from rank 0 while every worker
-        receives them in the same order; tag later tokens `version`."""
+        """Pause generation (`pause_mode`, unless the caller paused already), broadcast tensors
+        (HF names, on the group's device) from rank 0 while every worker receives them in the
+        same order, continue; tag later tokens `version`."""
         if group_name not in self._groups:
             raise EngineRequestError(
                 f"no weight update group {group_name!r}: call init_weights_update_group first"
             )
         items = list(named_tensors)
-        body = {
-            "names": [n for n, _ in items],
-            "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in items],
-            "shapes": [list(t.shape) for _, t in items],
-            "group_name": group_name,
-            "flush_cache": flush_cache,
-            "weight_version": str(version),
-        }
+        body = distributed_update_body(
+            [n for n, _ in items],
+            [str(t.dtype).removeprefix("torch.") for _, t in items],
+            [list(t.shape) for _, t in items],
+            group_name,
+            version,
+            flush_cache,
+        )
         group = self._groups[group_name]
+        pause_here = not self._pool.paused
+        if pause_here:
+            await self._pause(self._pause_mode)
+        try:
+            await self._broadcast_update(group, items, body, version)
+        finally:
+            if pause_here:  # shielded: a cancel must not leave every worker paused
+                await asyncio.shield(self.resume())
+
+    async def _broadcast_update(
+        self, group: Any, items: list[tuple[str, Any]], body: dict[str, Any], version: int
+    ) -> None:
         async with self._pool.updating():
             calls = [
                 self._http.control(w.url, "/update_weights_from_distributed", body, self._update_s)

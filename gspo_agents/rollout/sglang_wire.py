@@ -6,7 +6,7 @@ Pure functions over JSON; tolerant of the response-shape drift within SGLang 0.5
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import httpx
 
@@ -72,6 +72,70 @@ def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> G
             "abort_message": raw.get("message") if isinstance(raw, dict) else None,
         },
     )
+
+
+# SGLang's /pause_generation modes (io_struct.PauseGenerationReqInput, 0.5.23): "abort" ends
+# in-flight requests (they answer with their tokens so far); "retract" and "in_place" keep them on
+# the server and continue them after /continue_generation (retract recomputes their KV cache).
+PauseMode = Literal["abort", "retract", "in_place"]
+PAUSE_MODES: tuple[str, ...] = get_args(PauseMode)
+
+# Header sglang_router (0.3.x) reads the sticky-routing key from (its `--policy manual`).
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+
+
+def generate_body(input_ids: list[int], sampling: SamplingParams, rid: str) -> dict[str, Any]:
+    """POST /generate: token ids in, sampled ids and their log-probs (output only) out."""
+    return {
+        "input_ids": list(input_ids),
+        "sampling_params": sampling_json(sampling),
+        "return_logprob": True,
+        "logprob_start_len": -1,
+        "stream": False,
+        "rid": rid,
+    }
+
+
+def pause_body(mode: str) -> dict[str, Any]:
+    if mode not in PAUSE_MODES:
+        raise ValueError(f"pause mode {mode!r} is not one of {list(PAUSE_MODES)}")
+    return {"mode": mode}
+
+
+def init_group_body(
+    master_address: str,
+    master_port: int,
+    rank_offset: int,
+    world_size: int,
+    group_name: str,
+    backend: str,
+) -> dict[str, Any]:
+    return {
+        "master_address": master_address,
+        "master_port": master_port,
+        "rank_offset": rank_offset,
+        "world_size": world_size,
+        "group_name": group_name,
+        "backend": backend,
+    }
+
+
+def distributed_update_body(
+    names: list[str],
+    dtypes: list[str],
+    shapes: list[list[int]],
+    group_name: str,
+    version: int,
+    flush_cache: bool,
+) -> dict[str, Any]:
+    return {
+        "names": names,
+        "dtypes": dtypes,
+        "shapes": shapes,
+        "group_name": group_name,
+        "flush_cache": flush_cache,
+        "weight_version": str(version),
+    }
 
 
 def disk_update_body(path: str, version: int) -> dict[str, Any]:

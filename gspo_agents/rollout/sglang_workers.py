@@ -18,6 +18,14 @@
   an update is under way) live here, and recovery and updates hold one lock, so a replay can
   never land after a newer update.
 
+- Versions: a worker's CURRENT weight version is read from /model_info (SGLang >= 0.5.23; before
+  that /get_model_info). /server_info (/get_server_info) holds the launch arguments, including the
+  launch-time weight_version, which an update does not change: it is read once per worker for
+  tp/pp sizes and flags, never for the version. Which name a server answers to is found once.
+- Paused workers: while the engine has paused generation, /health may hang (SGLang's health check
+  generates a token, and a paused server generates nothing), so liveness is read from
+  /model_info instead, which a paused server still answers.
+
 With a router URL the router picks the worker, so rotation cannot be enforced per request;
 control calls, health and replays still reach every worker.
 Not here: the /generate call and its retries (sglang_engine.py), HTTP plumbing (sglang_http.py).
@@ -42,7 +50,11 @@ from gspo_agents.rollout.sglang_wire import disk_update_body, parse_version
 log = logging.getLogger(__name__)
 
 _TRAILING_UUID = re.compile(r"^(.+)-[0-9a-f]{32}$")
-_INFO_PATHS = ("/get_server_info", "/server_info", "/model_info", "/get_model_info")
+# Newest name first; a server answering 404 to it is an older one (found once per pool).
+_INFO_PATHS = {
+    "server": ("/server_info", "/get_server_info"),
+    "model": ("/model_info", "/get_model_info"),
+}
 
 
 def route_key_of(request_id: str) -> str:
@@ -65,7 +77,7 @@ def rank_workers(key: str, urls: Sequence[str]) -> list[str]:
 @dataclass(slots=True)
 class Worker:
     url: str
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # launch arguments (server info)
     in_rotation: bool = True
     retry_at: float = 0.0  # monotonic; while out of rotation, requests skip it until then
 
@@ -84,6 +96,8 @@ class WorkerPool:
         self.last_update: tuple[str, int] | None = None  # (path, version) a replay reloads
         self.epoch = 0  # odd while a weight update is under way
         self._sync = asyncio.Lock()  # one replay or update at a time
+        self.paused = False  # generation paused by the engine: /health may hang, not a death
+        self._paths: dict[str, str] = {}  # "server"/"model" -> the endpoint name servers answer
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -95,16 +109,16 @@ class WorkerPool:
             self.router = urls[0]
         worker_urls = given_workers or urls
         self.workers = [Worker(u) for u in worker_urls]
-        infos = await asyncio.gather(*(self._probe(w) for w in self.workers))
-        if not any(infos):
+        models = await asyncio.gather(*(self._probe(w) for w in self.workers))
+        if all(m is None for m in models):
             raise EngineUnavailable(
                 f"no SGLang worker answered at {worker_urls} (is the server up? check the URL, "
                 f"port and firewall; connect timeout {self._http.connect_s} s)"
             )
-        versions = [parse_version(i.get("weight_version"), -1) for i in infos if i]
+        versions = [parse_version(m.get("weight_version"), -1) for m in models if m is not None]
         self.version = self.start_version = max(max(versions), 0)
-        for worker, info in zip(self.workers, infos, strict=True):
-            if not info:
+        for worker, model in zip(self.workers, models, strict=True):
+            if model is None:
                 self._take_out(worker, "unreachable at start")
 
     async def _router_workers(self, url: str) -> list[str]:
@@ -121,23 +135,36 @@ class WorkerPool:
                     return [str(u).rstrip("/") for u in urls]
         return []
 
-    async def _probe(self, worker: Worker) -> dict[str, Any]:
-        """Server info (newer builds: /server_info) or model info; {} if unreachable."""
-        info: dict[str, Any] = {}
-        for path in _INFO_PATHS:
+    async def _probe(self, worker: Worker) -> dict[str, Any] | None:
+        """The worker's model info (its current `weight_version`), after reading its server
+        info once; None if it cannot be reached."""
+        if not worker.info:
+            server = await self._get_info(worker, "server")
+            if server is None:
+                log.warning("SGLang worker %s unreachable", worker.url)
+                return None
+            worker.info = server or {"reachable": True}
+        return await self._get_info(worker, "model")
+
+    async def _get_info(self, worker: Worker, kind: str) -> dict[str, Any] | None:
+        """GET the worker's `kind` info; None if unreachable, {} if it has no usable answer.
+        The endpoint name is found once: the newest one, or the older one if that gives 404."""
+        known = self._paths.get(kind)
+        for path in (known,) if known else _INFO_PATHS[kind]:
             resp = await self._http.probe(worker.url, path)
             if resp is None:
-                log.warning("SGLang worker %s unreachable", worker.url)
+                return None
+            if resp.status_code == 404:
+                continue  # an older server: try the older name
+            if resp.status_code != 200:
                 return {}
-            if resp.status_code == 200:
-                try:
-                    info.update(resp.json())
-                except ValueError:
-                    continue  # not JSON: try the next endpoint
-                if path.endswith("model_info") or "weight_version" in info:
-                    break
-        worker.info = info
-        return info or {"reachable": True}
+            self._paths.setdefault(kind, path)
+            try:
+                body = resp.json()
+            except ValueError:
+                return {}
+            return body if isinstance(body, dict) else {}
+        return {}
 
     # --- routing -------------------------------------------------------------------------------
 
@@ -207,11 +234,11 @@ class WorkerPool:
         async with self._sync:
             if worker.in_rotation:
                 return True  # another request recovered it while we waited
-            info = await self._probe(worker)
-            if not info:
+            model = await self._probe(worker)
+            if model is None:
                 worker.retry_at = time.monotonic() + self._cooldown_s
                 return False
-            raw = info.get("weight_version")
+            raw = model.get("weight_version")
             version = self.reported_version(raw)
             # A worker that does not report its version gets the replay whenever there is one.
             behind = version != self.version or (raw is None and self.last_update is not None)
@@ -255,15 +282,26 @@ class WorkerPool:
         return dict(zip(self.urls, results, strict=True))
 
     async def _check(self, worker: Worker) -> bool:
+        if self.paused:
+            return await self._check_paused(worker)
         resp = await self._http.probe(worker.url, "/health", self._http.connect_s)
         if resp is None or resp.status_code != 200:
             status = "unreachable" if resp is None else f"HTTP {resp.status_code}"
             self._take_out(worker, f"/health: {status}")
             return False
         if worker.in_rotation and self.epoch % 2 == 0:
-            reported = self.reported_version((await self._probe(worker)).get("weight_version"))
+            model = await self._probe(worker)
+            reported = self.reported_version(None if model is None else model.get("weight_version"))
             if reported != self.version and self.epoch % 2 == 0:  # no update began meanwhile
                 self._take_out(worker, f"reports version {reported}, not {self.version}")
+        return worker.in_rotation or await self.recover(worker)
+
+    async def _check_paused(self, worker: Worker) -> bool:
+        """Liveness of a worker the engine paused: its model info answers (its /health may
+        hang until generation continues). Its version is checked after the resume."""
+        if await self._get_info(worker, "model") is None:
+            self._take_out(worker, "unreachable while paused")
+            return False
         return worker.in_rotation or await self.recover(worker)
 
     # --- weight updates and fan-out ------------------------------------------------------------

@@ -31,6 +31,7 @@ Decide = Callable[[dict[str, Any]], bool]  # a test event -> keep going?
 class RunnerOutput:
     compile_ok: bool = False
     compile_output: str = ""
+    binary: str | None = None  # base64 of the compiled program, when asked (compile cache)
     tests: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # the runner reported "done"
     stopped_early: bool = False
@@ -60,6 +61,7 @@ async def drive(
             kind = event.get("event")
             if kind == "compile":
                 out.compile_ok, out.compile_output = event["ok"], event["output"]
+                out.binary = event.get("binary")
             elif kind == "test":
                 out.tests.append(event)
                 if request.get("interactive"):

@@ -1,10 +1,14 @@
-"""The math-verify process pool: real equivalences, real timeouts, real crashes, bad gold."""
+"""The math-verify process pool: real equivalences, real timeouts, real crashes, bad gold, and
+who is blamed for each (the answer: reward 0 + verify_error; the pool: InfraError)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import threading
+import time
 
 import pytest
 
@@ -15,6 +19,7 @@ from envs.math.verify import Verification, VerifierPool
 # sympy evaluates this factorial eagerly: minutes of pure C/Python big-integer work that
 # math-verify's signal-based timeouts could not interrupt; only killing the worker stops it.
 HANG = "(10^{7})!"
+SLOW = "\\binom{40000}{20000}"  # correct against itself; ~0.4 s of sympy, not cached
 
 
 @pytest.fixture(scope="module")
@@ -60,27 +65,83 @@ def test_unreadable_gold_is_flagged(pool):
     assert not pool.verify("}{", "1").gold_ok
 
 
-async def test_timeout_is_an_infra_error_and_the_pool_recovers(pool):
-    with pytest.raises(InfraError, match="longer than"):
-        await pool.averify("1", HANG, timeout_s=1.0)
+async def test_a_timeout_is_the_answers_fault_and_the_pool_recovers(pool):
+    v = await pool.averify("1", HANG, timeout_s=1.0)
+    assert (v.correct, v.pred_ok) == (False, False) and "longer than 1 s" in v.error
     assert (await pool.averify("\\frac{1}{2}", "0.5")).correct  # fresh workers
 
 
-def test_sync_timeout_is_an_infra_error_and_the_pool_recovers(pool):
-    with pytest.raises(InfraError, match="longer than"):
-        pool.verify("1", HANG, timeout_s=1.0)
+def test_sync_timeout_is_the_answers_fault_and_the_pool_recovers(pool):
+    v = pool.verify("1", HANG, timeout_s=1.0)
+    assert not v.correct and "longer than" in v.error
     assert pool.verify("3", "3").correct
 
 
-async def test_a_killed_worker_is_an_infra_error(pool):
+# Answers a policy could use to break the grader: each must cost it the reward, not drop the
+# trajectory (InfraError) or fail the step.
+HOSTILE_ANSWERS = {
+    "tower_of_powers": "2^{2^{30}}",
+    "deep_braces": "{" * 300 + "1" + "}" * 300,
+    "deep_parens": "(" * 500 + "1" + ")" * 500,
+    "deep_fractions": "\\frac{" * 100 + "1" + "}{2}" * 100,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_ANSWERS))
+async def test_answers_that_break_the_verifier_score_zero_with_verify_error(pool, name):
+    env = MathEnv(pool=pool, verify_timeout_s=1.0)
+    env.reset(options={"task": {"id": "t", "question": "q", "answer": "1"}})
+    _, reward, terminated, _, info = await env.astep(f"\\boxed{{{HOSTILE_ANSWERS[name]}}}")
+    assert reward == 0.0 and terminated
+    assert info["verify_error"] and info["reason"] == "verify_error" and not info["correct"]
+    assert (await pool.averify("2", "2")).correct  # and the pool serves the next answer
+
+
+async def test_a_worker_killed_once_is_retried_not_an_error(pool):
     pool.verify("1", "1")  # started
-    task = asyncio.create_task(pool.averify("1", HANG, timeout_s=120))
-    await asyncio.sleep(0.5)
+    task = asyncio.create_task(pool.averify(SLOW, SLOW, timeout_s=60))
+    await asyncio.sleep(0.3)
     for pid in pool.worker_pids():
         os.kill(pid, signal.SIGKILL)
-    with pytest.raises(InfraError, match="died"):
-        await task
+    v = await task
+    assert v.correct and not v.error
     assert pool.verify("2", "2").correct
+
+
+async def test_a_dead_pool_is_an_infra_error(pool):
+    """Workers that die on every task, the known-good canary included: the pool's fault."""
+    pool.verify("1", "1")
+    stop = threading.Event()
+
+    def killer() -> None:
+        while not stop.is_set():
+            for pid in pool.worker_pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(InfraError, match="died|restarts|start"):
+            await pool.averify(SLOW, SLOW, timeout_s=60)
+    finally:
+        stop.set()
+        thread.join()
+    assert pool.verify("2", "2").correct
+
+
+async def test_the_deadline_excludes_time_waiting_for_a_worker(pool):
+    """64 concurrent slow-but-correct answers on 2 workers: the queue holds each for far longer
+    than the deadline, but each verification alone is well within it, so all score 1."""
+    pool.verify("1", "1")
+    started = time.perf_counter()
+    slow = [f"\\binom{{{40_000 + i}}}{{20000}}" for i in range(64)]  # ~0.4 s each
+    results = await asyncio.gather(*(pool.averify(a, a, timeout_s=4.0) for a in slow))
+    elapsed = time.perf_counter() - started
+    assert [r.error for r in results if r.error] == []
+    assert all(r.correct for r in results)
+    assert elapsed > 4.0  # the queue was longer than the deadline: it was not counted
 
 
 async def test_verification_does_not_block_the_event_loop(pool):
@@ -94,8 +155,7 @@ async def test_verification_does_not_block_the_event_loop(pool):
 
     t = asyncio.create_task(ticker())
     try:
-        with pytest.raises(InfraError):
-            await pool.averify("1", HANG, timeout_s=1.0)
+        assert (await pool.averify("1", HANG, timeout_s=1.0)).error
     finally:
         t.cancel()
     assert ticks >= 10  # the loop kept running for the whole second
@@ -111,13 +171,6 @@ async def test_math_env_bad_gold_raises_task_error(pool):
     env.reset(options={"task": {"id": "bad", "question": "q", "answer": "}{"}})
     with pytest.raises(TaskError, match="bad"):
         await env.astep("\\boxed{1}")
-
-
-async def test_math_env_timeout_propagates_as_infra_error(pool):
-    env = MathEnv(pool=pool, verify_timeout_s=1.0)
-    env.reset(options={"task": {"id": "t", "question": "q", "answer": "1"}})
-    with pytest.raises(InfraError):
-        await env.astep(f"\\boxed{{{HANG}}}")
 
 
 def test_workers_do_not_reimport_the_parents_main_module(tmp_path):

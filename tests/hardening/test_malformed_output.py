@@ -134,7 +134,9 @@ class ScriptedEngine:
         self._next = 0
         self.weight_version = 0
 
-    async def generate(self, input_ids, sampling: SamplingParams, request_id: str) -> Generation:
+    async def generate(
+        self, input_ids, sampling: SamplingParams, request_id: str, *, route_key=None
+    ) -> Generation:
         import torch
 
         tokens = self._turns[self._next % len(self._turns)][: sampling.max_new_tokens]

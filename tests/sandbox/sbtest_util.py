@@ -21,12 +21,12 @@ def _missing(name: str, reason: str) -> None:
     pytest.skip(message)
 
 
-def make_sandbox(name: str, **options: object) -> Sandbox:
+def make_sandbox(name: str, *, concurrency: int = 2, **options: object) -> Sandbox:
     """Sandbox.create(name), failing (CI) or skipping (elsewhere) when it cannot run here."""
     if name in _unavailable:
         _missing(name, _unavailable[name])
     try:
-        return Sandbox.create(name, max_concurrency=2, **options)  # type: ignore[arg-type]
+        return Sandbox.create(name, max_concurrency=concurrency, **options)  # type: ignore[arg-type]
     except SandboxUnavailable as exc:
         _unavailable[name] = str(exc)
         _missing(name, str(exc))

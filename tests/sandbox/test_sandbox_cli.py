@@ -11,7 +11,7 @@ import pytest
 from sbtest_util import make_sandbox
 
 from sandbox import Sandbox, TestCase, Verdict
-from sandbox.functional import canonical_json, function_call
+from sandbox.functional import function_call
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,10 +124,6 @@ def test_doctor_names_working_backends() -> None:
 
 
 # ---- function-style tests through the library --------------------------------------------
-def test_canonical_json_hides_whitespace_inside_strings() -> None:
-    assert canonical_json({"b": (1, 2), "a": "x y"}) == '{"a":"x\\u0020y","b":[1,2]}'
-
-
 def test_function_name_is_validated() -> None:
     with pytest.raises(ValueError, match="Class.method"):
         function_call("def f(): pass", "f; import os", [{"args": [], "expected": 1}])

@@ -54,7 +54,9 @@ def test_float_judge_uses_absolute_or_relative_tolerance() -> None:
     assert compare("1000000.5", "1000000.0", JudgeSpec(mode="float", rel_tol=1e-6))[0]
     assert not compare("0.334", "0.3333333", spec)[0]
     assert not compare("abc 1.0", "abd 1.0", spec)[0]
-    assert compare("nan", "NaN", spec)[0]
+    # "nan" is not a number to the strict parser: it compares as text (case per case_sensitive)
+    assert not compare("nan", "NaN", spec)[0]
+    assert compare("nan", "NaN", JudgeSpec(mode="float", case_sensitive=False))[0]
 
 
 def test_wrong_answer_message_points_at_the_difference() -> None:

@@ -1,0 +1,2 @@
+#include <iostream>
+int main() { long long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }

@@ -1,0 +1,1 @@
+print("HELLO WORLD!")  # Kattis compares case-insensitively by default
