@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from gspo_agents.tracking import Progress
 from sandbox import Program, Sandbox, SandboxError, TestCase, image
 
 PY_SRC = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -204,9 +205,15 @@ async def measure_language(
         for row in rows:
             await row.setup(lang)
         subs = chunks(make_tests(args.tests), args.per_submission)
+        progress = Progress(len(subs))
         for r in range(0, len(subs), args.concurrency):
             for row in rows:
                 await row.run_round(lang, subs[r : r + args.concurrency])
+            done = min(r + args.concurrency, len(subs))
+            eta = progress.update(done)
+            print(
+                f"  {lang}: {done}/{len(subs)} submissions | eta {eta}", file=sys.stderr, flush=True
+            )
         return {row.name: await row.close() for row in rows}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -12,6 +12,7 @@ from envs.errors import EnvError, InfraError, TaskError
 from envs.registry import (
     ENTRY_POINT_GROUP,
     SHORT_NAMES,
+    env_class,
     load_plugins,
     make,
     register_builtin_envs,
@@ -29,6 +30,7 @@ __all__ = [
     "Message",
     "TaskError",
     "TextEnv",
+    "env_class",
     "load_plugins",
     "make",
     "register_builtin_envs",

@@ -2,6 +2,8 @@
 
 Contract (shared/DESIGN.md):
 - reset(*, seed, options={"task": row}) -> (messages, info): the opening chat messages of the task.
+  Without a task, reset samples one from the "train" split with the env's seeded RNG, so plain
+  Gymnasium tools work (`gymnasium.utils.env_checker.check_env` passes for the built-in envs).
 - step(action_text) -> (messages, reward, terminated, truncated, info): `messages` holds only the
   NEW messages (tool output, judge feedback); empty when the episode is over.
 - astep(action_text): the same, awaitable; envs that do I/O (sandbox, verifier pool) override it
@@ -9,6 +11,9 @@ Contract (shared/DESIGN.md):
 - Infrastructure failures raise envs.errors.InfraError; they are never a reward of 0.
 - info["turn_reward"] carries the reward of this turn (per-turn rewards for GSPO-token);
   the trajectory's reward is the reward returned by the terminating step.
+- Class attributes the trainer reads (never the env's name): `needs_sandbox` (the env runs
+  generated code; the trainer passes it a shared `sandbox=`) and `default_sizing` (run settings
+  that fit the env, e.g. {"rollout.max_new_tokens_per_turn": 256}; see gspo_agents/train.py).
 
 Environments know nothing of tokens, engines or torch.
 """
@@ -16,20 +21,52 @@ Environments know nothing of tokens, engines or torch.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant" | "tool", "content": str}
 
 
+class MessagesSpace(gym.spaces.Space):
+    """Observations: a list of chat messages, each {"role": str, "content": str}."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(shape=None, dtype=None, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, list) and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content", ""), str)
+            for m in x
+        )
+
+    def sample(self, mask: Any = None, probability: Any = None) -> list[Message]:
+        words = ("add", "two", "numbers", "print", "the", "answer")
+        picks = self.np_random.choice(len(words), size=4)
+        return [{"role": "user", "content": " ".join(words[i] for i in picks)}]
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "MessagesSpace()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MessagesSpace)
+
+
 class TextEnv(gym.Env):
     """Base class for text agents. Subclasses implement `_reset` and `_score` / `step`."""
 
     metadata: dict[str, Any] = {"render_modes": []}
-    # Observations and actions are free text; Gymnasium's Text space is the honest description.
-    observation_space = gym.spaces.Text(max_length=1 << 20)
+    # Observations are chat messages; actions are free text (the model's turn).
+    observation_space = MessagesSpace()
     action_space = gym.spaces.Text(max_length=1 << 20)
+    needs_sandbox: ClassVar[bool] = False
+    default_sizing: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, max_turns: int = 1) -> None:
         if max_turns < 1:
@@ -50,13 +87,19 @@ class TextEnv(gym.Env):
     # -- episode --------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        if not options or "task" not in options:
-            raise ValueError(
-                "reset() needs options={'task': row}; rows come from load_tasks(split)"
-            )
-        self.task = options["task"]
+        if options and "task" in options:
+            self.task = options["task"]
+        else:  # plain Gymnasium use: a task drawn from the train split with the seeded RNG
+            self.task = self._sample_task()
         self.turn = 0
         return self.initial_messages(self.task), {"task_id": str(self.task.get("id", ""))}
+
+    def _sample_task(self) -> dict[str, Any]:
+        if getattr(self, "_train_tasks", None) is None:
+            self._train_tasks = self.load_tasks("train")
+        if not self._train_tasks:
+            raise ValueError(f"{type(self).__name__}.load_tasks('train') returned no tasks")
+        return self._train_tasks[int(self.np_random.integers(len(self._train_tasks)))]
 
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
         raise NotImplementedError

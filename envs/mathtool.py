@@ -35,6 +35,8 @@ _CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGN
 class MathToolEnv(MathEnv):
     """Math with a sandboxed Python tool, up to `max_turns` assistant turns."""
 
+    needs_sandbox = True  # runs the model's Python: the trainer passes a shared sandbox
+
     def __init__(
         self,
         *,

@@ -133,6 +133,15 @@ def _is_gymnasium_builtin(env_id: str) -> bool:
     return origin.startswith(("gymnasium.", "shimmy.", "ale_py."))
 
 
+def env_class(name_or_id: str) -> type | None:
+    """The class an env id builds, without building it (None when its entry point is a factory
+    function): the trainer reads `needs_sandbox` and `default_sizing` from it."""
+    spec = gym.spec(resolve_id(name_or_id))
+    entry = spec.entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return creator if isinstance(creator, type) else None
+
+
 def make(name_or_id: str, **kwargs: Any) -> TextEnv:
     """Build an environment from a short name or id; kwargs override the spec's kwargs.
 

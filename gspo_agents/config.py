@@ -130,8 +130,9 @@ class TrainerConfig:
     share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
     nproc: int = 1
     seed: int = 0
-    save_every_steps: int = 0  # 0: only at the end
-    resume: bool = False
+    save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
+    resume: bool = True  # a run dir holding a checkpoint is resumed; false: moved aside first
+    max_failed_steps: int = 3  # stop after this many steps in a row with every trajectory failed
     async_rollouts: bool = False  # overlap generation of step k+1 with the update of step k
     run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -197,9 +198,15 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "steps"),
     ("trainer", "save_every_steps"),
     ("trainer", "warmup_steps"),
+    ("trainer", "max_failed_steps"),
+    ("logger", "console_every_steps"),
     ("algorithm", "dynamic_sampling_rounds"),
     ("algorithm", "overlong_penalty"),
 )
+
+
+class ConfigError(ValueError):
+    """A config value or override that cannot work; the message names the key and the fix."""
 
 
 def check_choices(cfg: Any) -> None:
@@ -207,37 +214,46 @@ def check_choices(cfg: Any) -> None:
     range naming the key."""
     for group, key in MUST_BE_POSITIVE:
         if not cfg[group][key] > 0:
-            raise ValueError(f"{group}.{key} must be > 0, got {cfg[group][key]}")
+            raise ConfigError(f"{group}.{key} must be > 0, got {cfg[group][key]}")
     for group, key in MUST_BE_NON_NEGATIVE:
         if not cfg[group][key] >= 0:
-            raise ValueError(f"{group}.{key} must be >= 0, got {cfg[group][key]}")
+            raise ConfigError(f"{group}.{key} must be >= 0, got {cfg[group][key]}")
     for (group, key), valid in CHOICES.items():
         value = cfg[group][key]
         if value not in valid:
             close = difflib.get_close_matches(str(value), valid, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
+            raise ConfigError(
                 f"{group}.{key}={value!r} is not valid; choose one of {', '.join(valid)}.{hint}"
             )
+    if cfg.rollout.num_samples_per_task < 2:
+        raise ConfigError(
+            f"rollout.num_samples_per_task={cfg.rollout.num_samples_per_task}: GSPO's advantages "
+            "compare samples of one task, and a group of 1 has no spread, so nothing would be "
+            "trained; use 2 or more (e.g. 8)"
+        )
     if not 0.0 <= cfg.algorithm.turn_discount <= 1.0:
-        raise ValueError(
+        raise ConfigError(
             f"algorithm.turn_discount must be in [0, 1], got {cfg.algorithm.turn_discount}"
         )
     from gspo_agents.offpolicy import OffPolicyConfig
 
     a = cfg.algorithm
-    OffPolicyConfig(a.old_logprobs, a.seq_is_cap, a.seq_mask_bound)  # raises naming the key
+    try:
+        OffPolicyConfig(a.old_logprobs, a.seq_is_cap, a.seq_mask_bound)
+    except ValueError as exc:
+        raise ConfigError(f"algorithm: {exc}") from None
     if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
-        raise ValueError(
+        raise ConfigError(
             "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "
             "rollouts; it cannot be combined with trainer.async_rollouts=true"
         )
     if cfg.model.name == "hf" and not cfg.model.path:
-        raise ValueError(
+        raise ConfigError(
             "model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)"
         )
     if cfg.engine.kind == "sglang" and not cfg.engine.urls:
-        raise ValueError(
+        raise ConfigError(
             "engine=sglang needs engine.urls=[http://host:port,...] (workers or a router)"
         )
 
@@ -245,3 +261,52 @@ def check_choices(cfg: Any) -> None:
 def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+
+
+# --------------------------------------------------------------------------------------------
+# command-line overrides, checked before Hydra so that a typo gets a "did you mean"
+# --------------------------------------------------------------------------------------------
+def config_groups() -> dict[str, list[str]]:
+    """Config group -> its options (the YAML files under configs/<group>/)."""
+    root = Path(CONFIG_DIR)
+    return {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in root.iterdir() if d.is_dir()}
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Reject an unknown config group, group option or key with the closest valid names.
+
+    `+key=value` (adding a key, e.g. env kwargs) and Hydra's own flags are left to Hydra."""
+    groups = config_groups()
+    for arg in argv:
+        if arg.startswith(("-", "+")) or "=" not in arg:
+            continue
+        key, value = arg.lstrip("~").split("=", 1)
+        if key.startswith("hydra"):
+            continue
+        if "." not in key and key in groups:
+            _check_name(f"{key}={value}", value, groups[key], f"options of {key}")
+        else:
+            _check_key(key, groups)
+
+
+def _check_key(key: str, groups: dict[str, list[str]]) -> None:
+    parts = key.split(".")
+    node: Any = RunConfig
+    for depth, part in enumerate(parts):
+        if not dataclasses.is_dataclass(node):
+            return  # inside a free-form dict (env.kwargs) or a leaf: Hydra decides
+        names = [f.name for f in dataclasses.fields(node)]
+        if part not in names:
+            where = ".".join(parts[:depth]) or "the config"
+            valid = names if depth else sorted(set(names) | set(groups))
+            _check_name(key, part, valid, f"keys of {where}")
+        hint = typing.get_type_hints(node).get(part)
+        node = hint if dataclasses.is_dataclass(hint) else None
+
+
+def _check_name(arg: str, name: str, valid: list[str], what: str) -> None:
+    if name in valid:
+        return
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"{arg}: {name!r} is not one of the {what} ({', '.join(valid)}).{hint}")

@@ -18,7 +18,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+from gspo_agents.cli import run_cli, user_errors_as_one_line
+from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.rundir import write_config
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -125,14 +127,30 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
         engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), RolloutConfig(**rollout)
     )
     try:
-        result = await manager.collect(tasks)
+        groups = await collect_with_progress(manager, tasks)
     finally:
         await engine.close()
         if sandbox is not None:
             await sandbox.aclose()
     report = EvalReport(cfg.env.name, cfg.eval.split, model_dir, cfg.eval.k)
     report.num_tasks_available = available
-    return score_groups(result.groups, cfg.eval.k, report)
+    return score_groups(groups, cfg.eval.k, report)
+
+
+async def collect_with_progress(manager, tasks: list[dict], chunk: int = 8) -> list:
+    """All tasks' groups, collected `chunk` tasks at a time with a progress line (and ETA) after
+    each. Sampling seeds are per request, so chunking changes no sample."""
+    from gspo_agents.tracking import Progress
+
+    progress = Progress(len(tasks))
+    groups: list = []
+    for start in range(0, len(tasks), chunk):
+        result = await manager.collect(tasks[start : start + chunk])
+        groups.extend(result.groups)
+        done = min(start + chunk, len(tasks))
+        eta = progress.update(done)
+        print(f"eval: {done}/{len(tasks)} tasks | eta {eta}", file=sys.stderr, flush=True)
+    return groups
 
 
 register_schemas()
@@ -143,14 +161,18 @@ def main(cfg: DictConfig) -> None:
     from gspo_agents.train import quiet_libraries
 
     quiet_libraries()
-    check_choices(cfg)
-    report = asyncio.run(evaluate(cfg))
+    with user_errors_as_one_line():
+        check_choices(cfg)
+        report = asyncio.run(evaluate(cfg))
     print(report.table())
-    out = Path(cfg.eval.out or Path(cfg.trainer.run_dir) / f"eval-{cfg.eval.split}.json")
+    run_dir = cfg.eval.run_dir or cfg.trainer.run_dir
+    out = Path(cfg.eval.out or Path(run_dir) / f"eval-{cfg.eval.split}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(asdict(report), indent=2))
+    # eval's own config beside its result; the training run's config.yaml is never touched
+    write_config(out.with_suffix(".config.yaml"), cfg)
     print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main, check_overrides)

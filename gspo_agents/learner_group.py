@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from typing import Any
@@ -58,7 +59,11 @@ class LearnerGroup:
 
 
 def follow(learner) -> None:
-    """A follower rank's loop: consumes rank 0's commands until STOP; produces nothing."""
+    """A follower rank's loop: consumes rank 0's commands until STOP; produces nothing.
+
+    Ctrl-C reaches every process of the terminal's group; rank 0 decides when to stop (after its
+    step and checkpoint, which need this rank), so a follower ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)
@@ -75,4 +80,10 @@ def relaunch_under_torchrun(nproc: int, argv: list[str]) -> int:
     cmd = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
     cmd += ["--standalone", f"--nproc_per_node={nproc}", "-m", "gspo_agents.train", *argv]
     env = dict(os.environ, GSPO_AGENTS_LAUNCHED="1")
-    return subprocess.call(cmd, env=env)
+    # Ctrl-C reaches torchrun and its workers too; this launcher just waits for them to stop
+    # (subprocess.call would kill torchrun at once, before rank 0 writes its checkpoint).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.call(cmd, env=env)
+    finally:
+        signal.signal(signal.SIGINT, previous)

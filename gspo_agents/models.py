@@ -278,17 +278,47 @@ def resolve_model(cfg: ModelConfig) -> str:
                 "model.name=hf needs model.path=DIR (a local Hugging Face checkpoint directory)"
             )
         path = Path(cfg.path).expanduser()
-        if not (path / "config.json").is_file():
-            raise ModelConfigError(
-                f"model.path={cfg.path!r} is not a Hugging Face checkpoint directory "
-                "(no config.json there); pass a directory written by save_pretrained"
-            )
-        return str(path.resolve())
+        if (path / "config.json").is_file():
+            return str(path.resolve())
+        if _looks_like_model_id(cfg.path) and not path.exists():
+            return _from_hf_cache(cfg.path)
+        raise ModelConfigError(
+            f"model.path={cfg.path!r} is not a Hugging Face checkpoint directory "
+            "(no config.json there); pass a directory written by save_pretrained, or a model "
+            "id (ORG/NAME) already in the local Hugging Face cache"
+        )
     if cfg.path is not None:
         raise ModelConfigError(
             f"model.path is only used with model.name=hf (got name={cfg.name!r}, path={cfg.path!r})"
         )
     return str(_build_cached(cfg.name, Path(cfg.cache_dir).expanduser()))
+
+
+def _looks_like_model_id(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
+
+
+def _from_hf_cache(model_id: str) -> str:
+    """The snapshot directory of `model_id` in the local Hugging Face cache (HF_HOME /
+    HF_HUB_CACHE honoured); never downloads."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = Path(snapshot_download(model_id, local_files_only=True))
+    except LocalEntryNotFoundError as exc:
+        raise ModelConfigError(
+            f"model.path={model_id!r}: no local copy of this model in the Hugging Face cache "
+            f"({HF_HUB_CACHE}); this project never downloads during a run. Fetch it first "
+            f"(`huggingface-cli download {model_id}`) or pass a local directory"
+        ) from exc
+    if not (path / "config.json").is_file():
+        raise ModelConfigError(
+            f"model.path={model_id!r}: the cached snapshot {path} has no config.json"
+        )
+    return str(path)
 
 
 def torch_dtype(dtype: str) -> torch.dtype:

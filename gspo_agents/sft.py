@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from gspo_agents.tracking import Progress
+
 SFT_CACHE = "~/.cache/gspo-agents/sft"
 MICRO_BATCH_TOKENS = 4096  # padded tokens per forward: bounds memory and padding waste
 
@@ -101,7 +103,8 @@ def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: 
     pad_id = model.config.pad_token_id or 0
     model.train()
     loss_value = float("nan")
-    start = time.monotonic()
+    start = last_log = time.monotonic()
+    progress = Progress(steps)
     for step in range(1, steps + 1):
         batch = rng.sample(examples, min(batch_size, len(examples)))
         optimizer.zero_grad(set_to_none=True)
@@ -110,10 +113,12 @@ def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: 
         optimizer.step()
         schedule.step()
         loss_value = float(loss.detach())
-        if step == 1 or step % 25 == 0 or step == steps:
-            log(
-                f"sft step {step}/{steps} | loss {loss_value:.4f} | {time.monotonic() - start:.0f}s"
-            )
+        eta = progress.update(step)
+        now = time.monotonic()
+        # every 25 steps, and at least every 10 s: a slow machine never looks hung
+        if step == 1 or step % 25 == 0 or step == steps or now - last_log >= 10:
+            last_log = now
+            log(f"sft step {step}/{steps} | loss {loss_value:.4f} | {now - start:.0f}s | eta {eta}")
     model.eval()
     return loss_value
 
@@ -179,7 +184,9 @@ def _main() -> None:
     import hydra
     from omegaconf import OmegaConf
 
-    from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+    from gspo_agents.cli import run_cli, user_errors_as_one_line
+    from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+    from gspo_agents.rundir import write_config
 
     register_schemas()
 
@@ -188,22 +195,25 @@ def _main() -> None:
         import envs
         from gspo_agents.models import ModelConfig, resolve_model
 
-        check_choices(cfg)
-        env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-        env = envs.make(cfg.env.name, **env_kwargs)
-        base = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
-        out = ensure_cold_start(
-            base,
-            env,
-            cfg.env.name,
-            env_kwargs,
-            OmegaConf.to_container(cfg.trainer.sft, resolve=True),
-            train_split=cfg.env.train_split,
-            seed=cfg.trainer.seed,
-        )
+        with user_errors_as_one_line():
+            check_choices(cfg)
+            env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+            env = envs.make(cfg.env.name, **env_kwargs)
+            base = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+            out = ensure_cold_start(
+                base,
+                env,
+                cfg.env.name,
+                env_kwargs,
+                OmegaConf.to_container(cfg.trainer.sft, resolve=True),
+                train_split=cfg.env.train_split,
+                seed=cfg.trainer.seed,
+            )
+        # SFT's own config beside its model (a training run's config.yaml is never touched)
+        write_config(Path(out) / "sft-config.yaml", cfg)
         print(out)
 
-    main()
+    run_cli(main, check_overrides)
 
 
 if __name__ == "__main__":

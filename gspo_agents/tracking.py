@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,25 +29,39 @@ class RunTracker:
         run_name: str | None = None,
         total_steps: int | None = None,
         resume: bool = False,
+        console_every_steps: int = 1,
+        start_step: int = 0,
     ) -> None:
+        """`resume`: continue the run's metrics.jsonl (time_s goes on from its last row) and its
+        wandb run (same id); otherwise metrics.jsonl must not exist yet (train.py moves an old
+        run aside first; nothing here deletes one)."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         if not resume and self.path.exists():
-            self.path.unlink()
+            raise FileExistsError(
+                f"{self.path} exists: resume it (resume=True) or move the old run aside first"
+            )
         self.total_steps = total_steps
-        self._start = time.monotonic()
+        self.console_every_steps = max(1, console_every_steps)
+        self._time_offset_s = _last_time_s(self.path) if resume else 0.0
         self._file = self.path.open("a", encoding="utf-8")
         self._wandb = None
         if wandb_mode != "disabled":
-            self._wandb = _start_wandb(self.run_dir, config, wandb_mode, wandb_project, run_name)
+            run_id = _wandb_run_id(self.run_dir, resume)
+            self._wandb = _start_wandb(
+                self.run_dir, config, wandb_mode, wandb_project, run_name, run_id
+            )
+        self._start = time.monotonic()  # after wandb's start-up, which is not a training step
+        self._progress = Progress(total_steps, done_before=start_step)
 
     @property
     def wandb_dir(self) -> str | None:
         return None if self._wandb is None else str(self._wandb.dir)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        row = {"step": step, "time_s": round(time.monotonic() - self._start, 3)}
+        elapsed_s = self._time_offset_s + time.monotonic() - self._start
+        row = {"step": step, "time_s": round(elapsed_s, 3)}
         row.update({k: _jsonable(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
@@ -56,9 +71,15 @@ class RunTracker:
             )
 
     def console(self, step: int, metrics: dict[str, Any], keys: list[str]) -> None:
+        """One line every `console_every_steps` steps (and at the last): the step, time, ETA
+        from this session's pace, and `keys` (e.g. the errors column)."""
+        eta = self._progress.update(step)
+        last = self.total_steps is not None and step >= self.total_steps
+        if step % self.console_every_steps and not last:
+            return
         total = f"/{self.total_steps}" if self.total_steps else ""
-        elapsed = time.monotonic() - self._start
-        parts = [f"step {step}{total}", f"{elapsed:6.1f}s"]
+        elapsed = self._time_offset_s + time.monotonic() - self._start
+        parts = [f"step {step}{total}", f"{elapsed:6.1f}s", f"eta {eta}"]
         for key in keys:
             if key in metrics and metrics[key] is not None:
                 parts.append(f"{key} {_fmt(metrics[key])}")
@@ -69,6 +90,58 @@ class RunTracker:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+class Progress:
+    """ETA of a loop of `total` units from the pace of the units done in this process (a resumed
+    run's earlier steps took place elsewhere in time); "?" until one unit is done."""
+
+    def __init__(self, total: int | None, done_before: int = 0) -> None:
+        self.total = total
+        self._first = done_before  # units done before this session (a resumed run's steps)
+        self._t0 = time.monotonic()
+
+    def update(self, done: int) -> str:
+        """`done` units are finished now; returns the ETA of the rest."""
+        if self.total is None or done <= self._first:
+            return "?"
+        rate_s = (time.monotonic() - self._t0) / (done - self._first)
+        return format_duration(rate_s * max(self.total - done, 0))
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _last_time_s(path: Path) -> float:
+    """time_s of the last complete row of metrics.jsonl (0 when there is none)."""
+    if not path.exists():
+        return 0.0
+    last = 0.0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            last = float(json.loads(line).get("time_s", last))
+        except (ValueError, AttributeError):
+            continue
+    return last
+
+
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def _wandb_run_id(run_dir: Path, resume: bool) -> str:
+    """The run's wandb id, kept in the run dir, so a resumed run continues the same wandb run."""
+    path = run_dir / WANDB_ID_FILE
+    if resume and path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    run_id = uuid.uuid4().hex[:12]
+    path.write_text(run_id + "\n", encoding="utf-8")
+    return run_id
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -113,13 +186,17 @@ def _wandb_mode(mode: str) -> WandbMode:
     raise ValueError(f"wandb_mode={mode!r} is not valid; choose one of {', '.join(WANDB_MODES)}")
 
 
-def _start_wandb(run_dir: Path, config, mode: str, project: str, name: str | None):
+def _start_wandb(
+    run_dir: Path, config, mode: str, project: str, name: str | None, run_id: str | None = None
+):
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
     return wandb.init(
         project=project,
         name=name,
+        id=run_id,
+        resume="allow" if run_id else None,
         dir=str(run_dir),
         mode=_wandb_mode(mode),
         config=config or {},

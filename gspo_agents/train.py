@@ -8,21 +8,36 @@ The rollout side and the learner never import each other; weights cross as an HF
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import random
 import shutil
-import signal
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from gspo_agents import rundir
 from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
-from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, needs_sandbox
+from gspo_agents.interrupt import StepAbandoned, StopSignals
+from gspo_agents.step_errors import ErrorReport, FailedSteps, RunStalled
 from gspo_agents.tracking import RunTracker, drop_rows_after
 
-CONSOLE_KEYS = ["reward_mean", "loss", "clip_frac_tokens", "ratio_max", "grad_norm", "step_time_s"]
+CONSOLE_KEYS = [
+    "reward_mean",
+    "loss",
+    "clip_frac_tokens",
+    "ratio_max",
+    "grad_norm",
+    "errors",
+    "step_time_s",
+]
 
 
 def build_env_factory(cfg: DictConfig, sandbox):
@@ -38,8 +53,8 @@ def build_env_factory(cfg: DictConfig, sandbox):
 
 
 def build_sandbox(cfg: DictConfig, env_name: str):
-    """Only environments that run code get a sandbox; math and arithmetic do not need one."""
-    if env_name not in ("codeforces", "mathtool") and "Codeforces" not in env_name:
+    """A shared sandbox for envs whose class declares `needs_sandbox` (they run code)."""
+    if not needs_sandbox(env_name):
         return None
     from sandbox import Sandbox
 
@@ -130,69 +145,97 @@ def resolve_start_model(cfg: DictConfig, env) -> str:
 async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int):
     """Consumes task rows; produces one optimizer update per step and fresh engine weights.
 
-    Waits on the rollout manager (generation + env steps) and then on the learner; a SIGTERM
-    sets `stop` and the loop ends after the current step with a checkpoint.
+    Waits on the rollout manager (generation + env steps) and then on the learner. SIGINT or
+    SIGTERM end the loop after the current step (a second one abandons its rollouts); either
+    way a checkpoint of the last completed step is written.
     """
     t = cfg.trainer
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
     step = start_step
-    try:
+    failed_steps = FailedSteps(t.max_failed_steps)
+    seen_errors: set[str] = set()
+    with StopSignals() as signals:
         if t.async_rollouts:  # generation of step k+1 overlaps the update of step k
             manager.start_prefetch(tasks_for_step(tasks, start_step, t.tasks_per_step, t.seed))
-        for step in range(start_step, t.steps):
-            if stop.is_set():
-                break
-            started = loop.time()
-            if t.async_rollouts:
-                result = await manager.next_batch()
-                if step + 1 < t.steps:
-                    manager.start_prefetch(
-                        tasks_for_step(tasks, step + 1, t.tasks_per_step, t.seed)
-                    )
-            else:
-                result = await manager.collect(
-                    tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
-                )
-            metrics = dict(result.metrics)
-            groups = result.groups
-            if cfg.algorithm.dynamic_sampling_rounds:
-                groups = await refill_groups(cfg, manager, tasks, step, groups, metrics)
-            a = cfg.algorithm
-            prepared = prepare_batch(
-                groups,
-                pad_id=learner.pad_token_id,
-                filter_zero_spread=a.filter_zero_spread_groups,
-                per_turn=a.name == "gspo_token",
-                turn_discount=a.turn_discount,
-                normalize_std=a.normalize_std,
-                overlong_filter=a.overlong_filter,
-                overlong_penalty=a.overlong_penalty,
+        try:
+            while step < t.steps and not signals.stop.is_set():
+                started = time.monotonic()
+                result = await signals.collecting(collect_step(manager, tasks, step, t, cfg))
+                metrics = await train_step(cfg, learner, manager, result, run_dir, step)
+                report = ErrorReport.of_step(result.groups)
+                metrics["errors"] = report.total
+                metrics["step_time_s"] = time.monotonic() - started
+                step += 1
+                tracker.log(step, metrics)
+                tracker.console(step, metrics, CONSOLE_KEYS)
+                report.show(step, seen_errors, log_only=rundir.log_only)
+                failed_steps.record(step, report)
+                if t.save_every_steps and step % t.save_every_steps == 0 and step < t.steps:
+                    learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
+        except StepAbandoned:
+            print(f"abandoned step {step + 1}", file=sys.stderr, flush=True)
+        except RunStalled:  # after a complete step: its state is sound, keep it
+            finish_run(learner, run_dir, step)
+            raise
+        # Any other exception may have struck mid-update: the last periodic checkpoint stands.
+        finish_run(learner, run_dir, step)
+    if step < t.steps:
+        print(
+            f"stopped after step {step}/{t.steps}; checkpoint {run_dir / 'checkpoint'}. "
+            "Run the same command again to resume.",
+            file=sys.stderr,
+            flush=True,
+        )
+    return step
+
+
+async def collect_step(manager, tasks, step: int, t, cfg=None):
+    """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now;
+    with `algorithm.dynamic_sampling_rounds` (sync mode only) zero-spread groups are refilled."""
+    if not t.async_rollouts:
+        result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
+        if cfg is not None and cfg.algorithm.dynamic_sampling_rounds:
+            result.groups = await refill_groups(
+                cfg, manager, tasks, step, result.groups, result.metrics
             )
-            metrics.update(prepared.metrics)
-            if prepared.batch is not None:
-                metrics.update(await asyncio.to_thread(learner.update, prepared.batch))
-                weights = await asyncio.to_thread(
-                    learner.export_hf, str(run_dir / "weights" / f"step{step + 1}")
-                )
-                await manager.update_weights(weights, version=step + 1)
-                _keep_latest(run_dir / "weights", Path(weights).name)
-            metrics["step_time_s"] = loop.time() - started
-            tracker.log(step + 1, metrics)
-            tracker.console(step + 1, metrics, CONSOLE_KEYS)
-            if t.save_every_steps and (step + 1) % t.save_every_steps == 0:
-                learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step + 1})
-        else:
-            step = t.steps
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        return result
+    result = await manager.next_batch()
+    if step + 1 < t.steps:
+        manager.start_prefetch(tasks_for_step(tasks, step + 1, t.tasks_per_step, t.seed))
+    return result
+
+
+async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) -> dict:
+    """Advantages, the GSPO update and the engine's new weights for one step's rollouts."""
+    metrics = dict(result.metrics)
+    a = cfg.algorithm
+    prepared = prepare_batch(
+        result.groups,
+        pad_id=learner.pad_token_id,
+        filter_zero_spread=a.filter_zero_spread_groups,
+        per_turn=a.name == "gspo_token",
+        turn_discount=a.turn_discount,
+        normalize_std=a.normalize_std,
+        overlong_filter=a.overlong_filter,
+        overlong_penalty=a.overlong_penalty,
+    )
+    metrics.update(prepared.metrics)
+    if prepared.batch is not None:
+        metrics.update(await asyncio.to_thread(learner.update, prepared.batch))
+        weights = await asyncio.to_thread(
+            learner.export_hf, str(run_dir / "weights" / f"step{step + 1}")
+        )
+        await manager.update_weights(weights, version=step + 1)
+        _keep_latest(run_dir / "weights", Path(weights).name)
+    return metrics
+
+
+def finish_run(learner, run_dir: Path, step: int) -> None:
+    """The checkpoint and exported weights of the last completed step."""
     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
     final = run_dir / "weights" / f"step{step}"
     if not final.exists():  # the last step may have had no signal: export what we have
         learner.export_hf(str(final))
         _keep_latest(run_dir / "weights", final.name)
-    return step
 
 
 async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
@@ -231,35 +274,77 @@ def _keep_latest(weights_root: Path, keep: str) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
+    """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
+    `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
+    from gspo_agents.learner.parallel import init_process
+
+    cfg = apply_env_sizing(cfg, explicit_keys(overrides or []))
+    check_choices(cfg)
+    if cfg.engine.kind == "sglang":
+        asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
+    process = init_process()  # joins torchrun's process group; a no-op for one process
+    with contextlib.ExitStack() as stack:
+        resume = open_run_dir(cfg, stack) if process.rank == 0 else False
+        try:
+            return _run(cfg, process, resume)
+        except BaseException as exc:  # the reason goes into train.log too, then on up
+            rundir.log_only("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            raise
+
+
+def open_run_dir(cfg: DictConfig, stack: contextlib.ExitStack) -> bool:
+    """Own the run dir for this training (lock, console log, config); returns whether to resume.
+
+    Nothing is written into the run dir before the lock is held, and an old run is moved aside,
+    never deleted, before a training starts over in its place."""
+    run_dir = Path(cfg.trainer.run_dir)
+    rundir.check_writable(run_dir)
+    lock = rundir.RunDirLock(run_dir).acquire()
+    stack.callback(lock.release)
+    plan = rundir.plan_start(run_dir, cfg.trainer.resume)
+    stack.enter_context(rundir.tee_to_log(run_dir))
+    configure_logging()
+    rundir.write_config(run_dir / rundir.CONFIG_FILE, cfg)
+    print(plan.message, file=sys.stderr, flush=True)
+    return plan.resume
+
+
+def configure_logging() -> None:
+    """Library and module log records go to the console (and so to train.log), INFO and up."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    for noisy in ("httpx", "httpcore", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _run(cfg: DictConfig, process, resume: bool) -> dict:
     import envs
-    from gspo_agents.learner.parallel import broadcast_object, close_process, init_process
+    from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
     from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
-    check_choices(cfg)
-    if cfg.engine.kind == "sglang":
-        asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
     t = cfg.trainer
     random.seed(t.seed)
     run_dir = Path(t.run_dir)
-    process = init_process()  # joins torchrun's process group; a no-op for one process
     env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
     tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
     model_dir = resolve_start_model(cfg, env) if process.rank == 0 else None
     model_dir = broadcast_object(model_dir, process)  # followers wait here while rank 0 cold-starts
+    tokenizer = load_tokenizer(model_dir)
+    check_prompt_fits(cfg, env, tasks, tokenizer)
     learner = build_learner(cfg, model_dir)
     if not learner.is_main:
         follow(learner)
         close_process(process)
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
-    start_step = 0
-    # `checkpoint.old` alone: a kill hit the swap of a new checkpoint; the loader falls back to it.
-    if t.resume and any((run_dir / n).exists() for n in ("checkpoint", "checkpoint.old")):
-        start_step = int(learner.load_checkpoint(str(run_dir / "checkpoint")).get("step", 0))
-        drop_rows_after(run_dir, start_step)
+    start_step = resume_from_checkpoint(learner, run_dir) if resume else 0
     sandbox = build_sandbox(cfg, cfg.env.name)
     engine = build_engine(cfg, model_dir, t.seed)
     tracker = RunTracker(
@@ -269,16 +354,16 @@ def run(cfg: DictConfig) -> dict:
         wandb_project=cfg.logger.wandb_project,
         run_name=run_dir.name,
         total_steps=t.steps,
-        resume=t.resume,
+        resume=start_step > 0,
+        console_every_steps=cfg.logger.console_every_steps,
+        start_step=start_step,
     )
     print(
         f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)",
         file=sys.stderr,
     )
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
-    manager = RolloutManager(
-        engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), rollout_cfg
-    )
+    manager = RolloutManager(engine, build_env_factory(cfg, sandbox), tokenizer, rollout_cfg)
 
     async def main_async():
         try:
@@ -302,6 +387,34 @@ def run(cfg: DictConfig) -> dict:
     return {"run_dir": str(run_dir), "final_step": final_step, "wandb_dir": wandb_dir}
 
 
+def resume_from_checkpoint(learner, run_dir: Path) -> int:
+    """Load the run's checkpoint (falling back to the one before it if it is unreadable); its
+    step's later metric rows go, so each step is logged once."""
+    start_step = int(learner.load_checkpoint(str(run_dir / "checkpoint")).get("step", 0))
+    drop_rows_after(run_dir, start_step)
+    print(f"resuming from step {start_step}", file=sys.stderr, flush=True)
+    return start_step
+
+
+def check_prompt_fits(cfg: DictConfig, env, tasks: list[dict], tokenizer) -> None:
+    """Reject a context budget that leaves no room to generate after the longest prompt (of the
+    first 256 tasks), instead of training on nothing."""
+    from gspo_agents.rollout.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    longest = 0
+    for task in tasks[:256]:
+        messages, _ = env.reset(options={"task": task})
+        if isinstance(messages, list):  # malformed messages are reported per trajectory
+            longest = max(longest, len(chat.prompt_ids(messages)))
+    if longest and longest >= cfg.rollout.max_context_tokens:
+        raise ValueError(
+            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} leaves no room to "
+            f"generate: the longest prompt of {cfg.env.name} is {longest} tokens; set "
+            f"rollout.max_context_tokens to at least {longest + cfg.rollout.max_new_tokens_per_turn}"
+        )
+
+
 register_schemas()
 
 
@@ -312,9 +425,20 @@ def main(cfg: DictConfig) -> None:
         from gspo_agents.learner_group import relaunch_under_torchrun
 
         sys.exit(relaunch_under_torchrun(cfg.trainer.nproc, sys.argv[1:]))
-    summary = run(cfg)
+    from gspo_agents.cli import user_errors_as_one_line
+
+    with user_errors_as_one_line():
+        summary = run(cfg, sys.argv[1:])
     print(f"done: {summary}", file=sys.stderr)
 
 
+def cli() -> None:
+    """`python -m gspo_agents.train`: overrides checked first (with a did-you-mean), then Hydra;
+    user errors end in one clear line, not a traceback."""
+    from gspo_agents.cli import run_cli
+
+    run_cli(main, check_overrides)
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -8,14 +8,16 @@ submission: a trusted harness process that never runs submitted code holds the r
 and the expected values (sandbox/fnharness.py; tests/sandbox/test_function_forgery.py).
 
 What it protects against (each item has an adversarial test in tests/sandbox, run on every
-backend): fork bombs (process limits), memory bombs (address-space and container memory limits),
-CPU hogs and sleepers (CPU and wall time limits), output floods (capped stdout, capped scratch
+backend): fork bombs (process limits of the whole tree), memory bombs (resident memory of the
+whole tree, cgroups), CPU hogs and sleepers (CPU time of the whole tree and wall time limits), output floods (capped stdout, capped scratch
 tmpfs), network access (a private network namespace with only loopback), reading host files (a
 minimal read-only root; the project, /root and host temp dirs are not there), writing outside the
 per-run scratch directory, host environment variables (cleared), signalling or outliving the
 supervisor (pid namespaces; leftover processes are killed after every test), privilege (an
-unprivileged uid, no capabilities, no-new-privileges), and seeing the expected output (judging
-happens on the host; the answer never enters the program's sandbox).
+unprivileged uid, no capabilities, no-new-privileges, a seccomp filter), runs reaching each
+other (no file, IPC object, keyring or process of one run is visible to the next on the same
+slot; see sandbox/README.md, "Integrity"), and seeing the expected output (judging happens on
+the host; the answer never enters the program's sandbox).
 
 What it does NOT protect against: kernel vulnerabilities (all backends share the host kernel;
 use gVisor/Kata/VMs if your threat model includes kernel exploits), side channels and timing

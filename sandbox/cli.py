@@ -375,7 +375,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             continue
         asyncio.run(_close(backend))
         working.append(name)
-        print(f"{name:11s} OK")
+        print(f"{name:11s} OK (whole-tree limits: {backend.cgroup_note})")
     print("unsafe-local available only with --allow-unsafe-local (NO isolation)")
     if working:
         print(f"backend=auto would pick: {working[0]}")

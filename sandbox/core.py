@@ -218,6 +218,7 @@ class Sandbox:
             "kill_all": self._backend.kill_all,
             "scratch_parent": self._backend.scratch_parent,
             "wipe_dirs": list(self._backend.wipe_dirs),
+            "seccomp": self._backend.seccomp,
         }
 
     def _limits(self, limits: Limits) -> dict[str, Any]:
@@ -227,6 +228,7 @@ class Sandbox:
             "memory_mb": limits.memory_mb,
             "output_bytes": limits.output_bytes,
             "wall_time_s": limits.effective_wall_time_s,
+            "processes": limits.processes,  # the whole tree's, where cgroups count it
             "nproc": limits.processes + margin if margin else None,
             "file_bytes": max(limits.output_bytes, 64 << 20),
         }

@@ -34,7 +34,16 @@ RECIPE: dict[str, object] = {
     "suite": "bookworm",
     "variant": "minbase",
     "packages": ["python3-minimal", "python3", "g++", "libc6-dev"],
-    "revision": 1,
+    "revision": 2,
+}
+# Files that must not carry the build host's identity (debootstrap copies the host's hostname
+# and resolver), and the names every sandbox resolves without a network.
+IDENTITY_FILES = {
+    "etc/hostname": "sandbox\n",
+    "etc/resolv.conf": "",
+    "etc/hosts": (
+        "127.0.0.1\tlocalhost\n127.0.1.1\tsandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    ),
 }
 IMAGE_REPO = "gspo-sandbox"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -158,6 +167,12 @@ def _post_process(root: Path) -> None:
         "usr/share/info",
     ):
         shutil.rmtree(root / rel, ignore_errors=True)
+    for rel, text in IDENTITY_FILES.items():
+        path = root / rel
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        path.write_text(text)
+        path.chmod(0o644)
     root.chmod(0o755)  # mkdtemp made it 0700; unprivileged sandbox users must traverse it
     (root / "tmp").chmod(0o1777)
     for rel in ("var/tmp",):

@@ -7,25 +7,35 @@ program and reports what happened; the host judges.
 Protocol (one JSON object per line):
   host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
                    "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
-                   "scratch_parent", "wipe_dirs"}
+                   "scratch_parent", "wipe_dirs", "seccomp", "cgroup"}
+                   ("cgroup": {"compile": group, "test": group} of inherited cgroup file fds,
+                   see runner_guard.Tree; None: the /proc fallback, or, with --ctl, the fds
+                   the host passed over the control socket at start)
   runner -> host   {"event": "compile", "ok", "output", "binary"?}  (binary: base64, when the
                    request asked with "return_binary": max bytes; a request may carry "binary" to skip
                    compiling: sandbox/compile_cache.py)
                    {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
                    {"event": "error", "message"}   (the runner itself failed: a system error)
-                   {"event": "done"}
+                   {"event": "done", "clean": bool, "leftovers": [...]}
+                   (clean: the slot's writable dirs and IPC tables are verifiably empty)
   host -> runner   after each test when "interactive": "next" or "stop" (early stop on failure)
 With --serve the runner handles one request per line until stdin closes (a warm container's pid 1);
-otherwise it handles one request and exits.
+otherwise it handles one request and exits. With --ctl PATH it first receives the slot's
+cgroup fds over the unix socket PATH (docker, where fds cannot be inherited).
 
 Each test runs in a forked child: its own session and process group, its own working directory,
-rlimits for CPU time, address space, file size, processes and core dumps; the runner enforces wall
-time and the stdout cap. It is the parent subreaper, and when "kill_all" is set (only inside an
-isolated pid namespace / container) it SIGKILLs every process it may signal after each test, so
-nothing a test started survives into the next one.
+the slot's test cgroup (memory, processes and CPU of the whole tree; runner_guard.Tree), the
+seccomp filter (runner_guard.install_seccomp), rlimits for CPU time, stack, file size, processes
+and core dumps; the runner enforces wall time, tree CPU time and the stdout cap. There is no
+address-space limit: memory is limited as resident memory of the tree, so threads and programs
+that reserve more than they touch work. It is the parent subreaper, and when "kill_all" is set
+(only inside an isolated pid namespace / container) it SIGKILLs every process it may signal
+after each test, so nothing a test started survives into the next one. It dies with its parent
+(PR_SET_PDEATHSIG), so a sandbox never outlives the host process that started it.
 """
 
+import array
 import base64
 import ctypes
 import json
@@ -33,18 +43,23 @@ import math
 import os
 import resource
 import selectors
-import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
 import traceback
 
+from sandbox import runner_guard as guard
+
 STDERR_CAP = 64 * 1024
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG = 1
 MIB = 1 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SETUP_FAILED = 3  # exit code of a syntax-check child whose setup failed (it runs no user code)
+CTL_GROUPS = None  # cgroup fds received over --ctl (docker); used when a request has none
 
 
 def set_nondumpable():
@@ -62,7 +77,9 @@ def emit(obj):
 
 def set_subreaper():
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
@@ -70,8 +87,10 @@ def set_subreaper():
 def apply_limits(lim):
     cpu = max(1, math.ceil(lim["time_s"] + 0.5))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    # The main thread may recurse as deep as its memory allows. No RLIMIT_AS: memory is the
+    # tree's resident memory (runner_guard.Tree), so reserved-but-untouched memory (thread
+    # stacks, which glibc sizes from RLIMIT_STACK, arenas, CPython's reservations) is free.
     mem = int(lim["memory_mb"] * MIB)
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     resource.setrlimit(resource.RLIMIT_STACK, (mem, mem))
     fsize = int(lim.get("file_bytes", 64 * MIB))
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
@@ -81,12 +100,17 @@ def apply_limits(lim):
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
 
-def spawn(argv, stdin_path, cwd, lim):
-    """Fork a child that execs argv under lim; return (pid, stdout_fd, stderr_fd)."""
+def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
+    """Fork a child that execs argv under lim in tree; return (pid, stdout_fd, stderr_fd).
+
+    Whatever fails before exec (joining the cgroup, the seccomp filter, exec itself) is ours,
+    not the program's: the child reports it on a close-on-exec pipe, which a successful exec
+    closes empty, and we raise (a system error), so a program can never fake it."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns
+    status_r, status_w = os.pipe()  # both close-on-exec (Python's default)
+
+    def child():  # never returns
         try:
             os.setsid()
             os.chdir(cwd)
@@ -94,9 +118,13 @@ def spawn(argv, stdin_path, cwd, lim):
             os.dup2(fd, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            os.closerange(3, 1 << 16)
+            tree.join()
+            os.closerange(3, status_w)
+            os.closerange(status_w + 1, 1 << 16)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             apply_limits(lim)
+            if seccomp:
+                guard.install_seccomp()
             os.execvpe(
                 argv[0],
                 argv,
@@ -108,10 +136,23 @@ def spawn(argv, stdin_path, cwd, lim):
                 },
             )
         except BaseException as exc:  # noqa: BLE001 - report anything, then die
-            os.write(2, (f"runner: exec failed: {exc!r}\n").encode())
+            try:
+                os.write(status_w, repr(exc).encode()[:4000] or b"?")
+            except BaseException:  # noqa: BLE001 - nothing left to report with
+                pass
         os._exit(127)
+
+    pid = tree.fork(child)
     os.close(out_w)
     os.close(err_w)
+    os.close(status_w)
+    failure = os.read(status_r, 4096).decode("utf-8", "replace")
+    os.close(status_r)
+    if failure:
+        os.waitpid(pid, 0)
+        os.close(out_r)
+        os.close(err_r)
+        raise RuntimeError(f"cannot start {argv[0]}: {failure}")
     return pid, out_r, err_r
 
 
@@ -137,16 +178,7 @@ def kill_everything(pid, kill_all):
             time.sleep(0.001)
 
 
-def cpu_seconds(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def supervise(pid, out_fd, err_fd, lim):
+def supervise(pid, out_fd, err_fd, lim, tree):
     """Collect output under the caps until the child exits; return (status_dict, rusage)."""
     cap = int(lim["output_bytes"])
     deadline = time.monotonic() + lim["wall_time_s"]
@@ -157,16 +189,25 @@ def supervise(pid, out_fd, err_fd, lim):
     sel.register(pidfd, selectors.EVENT_READ, "exit")
     out, err = bytearray(), bytearray()
     reason, exited = "", False
+    next_poll = 0.0
     while not reason and (not exited or len(sel.get_map()) > 1):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             reason = "wall"
             break
-        # RLIMIT_CPU has 1 s granularity; polling the leader's CPU time is precise to ~50 ms.
-        if not exited and cpu_seconds(pid) > lim["time_s"]:
-            reason = "cpu"
-            break
-        for key, _ in sel.select(min(timeout, 0.05)):
+        # RLIMIT_CPU has 1 s granularity and sees one process; the tree's CPU time (all its
+        # processes, waited for or not) is polled every POLL_S.
+        now = time.monotonic()
+        if now >= next_poll:
+            next_poll = now + guard.POLL_S
+            cpu, over_memory = tree.sample(pid)
+            if cpu > lim["time_s"]:
+                reason = "cpu"
+                break
+            if over_memory:
+                reason = "memory"
+                break
+        for key, _ in sel.select(min(timeout, guard.POLL_S)):
             if key.data == "exit":
                 exited = True
                 sel.unregister(pidfd)
@@ -189,11 +230,14 @@ def supervise(pid, out_fd, err_fd, lim):
     return out[:cap], err, reason
 
 
-def run_one(argv, stdin_path, cwd, lim, kill_all):
-    pid, out_fd, err_fd = spawn(argv, stdin_path, cwd, lim)
+def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
+    tree = guard.Tree(group, kill_all, lim)
+    tree.begin()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    pid, out_fd, err_fd = spawn(argv, stdin_path, cwd, lim, tree, seccomp)
     reason = "runner error"
     try:
-        out, err, reason = supervise(pid, out_fd, err_fd, lim)
+        out, err, reason = supervise(pid, out_fd, err_fd, lim, tree)
     finally:
         # Collect the test's own status first (the kill loop below would reap it anonymously).
         if reason:
@@ -205,8 +249,13 @@ def run_one(argv, stdin_path, cwd, lim, kill_all):
         kill_everything(pid, kill_all)
         os.close(out_fd)
         os.close(err_fd)
-    cpu = usage.ru_utime + usage.ru_stime
-    mem_mb = usage.ru_maxrss / 1024.0
+    # Every process of the tree was reaped by us (we are the subreaper), so the growth of our
+    # children's rusage is the CPU time of the whole tree, waited for by the program or not.
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    mem_mb, oom = tree.finish(usage.ru_maxrss)
+    if oom and not reason:
+        reason = "memory"
     code = os.waitstatus_to_exitcode(status)
     stderr = err.decode("utf-8", "replace")
     status_name, message = classify(reason, code, cpu, mem_mb, stderr, lim)
@@ -224,6 +273,8 @@ def run_one(argv, stdin_path, cwd, lim, kill_all):
 def classify(reason, code, cpu, mem_mb, stderr, lim):
     if reason == "output":
         return "ole", f"stdout exceeded {lim['output_bytes']} bytes"
+    if reason == "memory":
+        return "mle", f"memory limit of {lim['memory_mb']} MB exceeded by the process tree"
     if reason in ("wall", "cpu") or cpu > lim["time_s"] or code == -signal.SIGXCPU:
         why = "wall time" if reason == "wall" else "CPU time"
         return "tle", f"{why} limit exceeded (cpu {cpu:.2f}s)"
@@ -280,6 +331,7 @@ def compile_program(req, scratch, kill_all):
     empty = os.path.join(scratch, ".empty")
     open(empty, "w").close()
     clim = req["compile_limits"]
+    group, seccomp = phase_group(req, "compile"), req.get("seccomp", False)
     if req["language"] == "python":
         ok, output = check_python_syntax(req["source"], clim)
         return ["python3", src], ok, output
@@ -292,7 +344,7 @@ def compile_program(req, scratch, kill_all):
                 fh.write(base64.b64decode(req["binary"]))
             os.chmod(binary, 0o755)
             return run_argv, True, ""
-    res = run_one(argv, empty, scratch, clim, kill_all)
+    res = run_one(argv, empty, scratch, clim, kill_all, group, seccomp)
     if res["status"] == "ok":
         return run_argv, True, ""
     output = res["stderr"] or res["stdout"]
@@ -302,7 +354,10 @@ def compile_program(req, scratch, kill_all):
 
 
 def check_python_syntax(source, clim):
-    """Compile (never run) the source in a forked, rlimited child: saves an interpreter start."""
+    """Compile (never run) the source in a forked, limited child: saves an interpreter start.
+
+    It runs no user code, so it stays out of the cgroups (joining one costs an RCU grace
+    period, ~10 ms); an address-space limit bounds it instead (it starts no threads)."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -310,6 +365,11 @@ def check_python_syntax(source, clim):
         try:
             os.close(read_fd)
             apply_limits(clim)
+            mem = int(clim["memory_mb"] * MIB)
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        except BaseException:  # noqa: BLE001 - our setup failed: not a compile error
+            os._exit(SETUP_FAILED)
+        try:
             compile(source, "main.py", "exec")
         except BaseException as exc:  # noqa: BLE001 - SyntaxError, ValueError, MemoryError...
             text = "".join(traceback.format_exception_only(type(exc), exc))
@@ -325,6 +385,8 @@ def check_python_syntax(source, clim):
         chunks.append(chunk)
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == SETUP_FAILED:
+        raise RuntimeError("cannot set up the syntax check (limits)")
     message = b"".join(chunks).decode("utf-8", "replace")
     if status != 0 and not message:
         message = f"compiler: syntax check died ({os.waitstatus_to_exitcode(status)})"
@@ -342,17 +404,26 @@ def run_tests(req, scratch, run_argv):
         stdin_path = os.path.join(cwd, ".stdin")
         with open(stdin_path, "w", encoding="utf-8") as fh:
             fh.write(test.get("stdin", ""))
-        result = run_one(
-            run_argv + list(test.get("argv") or []), stdin_path, cwd, req["limits"], kill_all
-        )
-        shutil.rmtree(cwd, ignore_errors=True)
+        argv = run_argv + list(test.get("argv") or [])
+        group, seccomp = phase_group(req, "test"), req.get("seccomp", False)
+        result = run_one(argv, stdin_path, cwd, req["limits"], kill_all, group, seccomp)
+        guard.remove_tree(cwd)
         emit(dict(result, event="test", index=index))
         if req.get("interactive") and sys.stdin.readline().strip() != "next":
             return
 
 
+def phase_group(req, phase):
+    """The cgroup fds for the compile or test phase (see runner_guard.Tree), or None."""
+    groups = req.get("cgroup") or CTL_GROUPS
+    return groups.get(phase) if groups else None
+
+
 def handle(req):
     scratch = tempfile.mkdtemp(prefix="run-", dir=req.get("scratch_parent") or None)
+    guard.prepare(phase_group(req, "test"))
+    if req.get("seccomp"):
+        guard.prepare_seccomp()
     try:
         run_argv, ok, output = compile_program(req, scratch, req["kill_all"])
         event = {"event": "compile", "ok": ok, "output": output[-STDERR_CAP:]}
@@ -364,9 +435,31 @@ def handle(req):
         if ok:
             run_tests(req, scratch, harness_argv(req, run_argv))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        for shared in req.get("wipe_dirs") or ():
-            wipe(shared)
+        guard.remove_tree(scratch)
+
+
+def receive_groups(path):
+    """--ctl: connect to the host's unix socket and take the cgroup fds it sends (docker)."""
+    global CTL_GROUPS
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        fds = array.array("i")
+        data, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(64 * fds.itemsize))
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    layout = json.loads(data)
+    mapping = dict(zip(layout["host_fds"], fds))
+
+    def local(key, value):  # the host's fd numbers -> ours; flags stay as they are
+        if key in ("version", "oom_disabled") or value is None:
+            return value
+        return [mapping[f] for f in value] if isinstance(value, list) else mapping[value]
+
+    CTL_GROUPS = {
+        phase: {key: local(key, value) for key, value in group.items()}
+        for phase, group in layout["groups"].items()
+    }
 
 
 def main():
@@ -374,34 +467,28 @@ def main():
     set_subreaper()
     set_nondumpable()
     serve = "--serve" in sys.argv
+    if "--ctl" in sys.argv:
+        try:
+            receive_groups(sys.argv[sys.argv.index("--ctl") + 1])
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            emit({"event": "error", "message": f"runner: no cgroup fds from the host: {exc!r}"})
+            return
     while True:
         line = sys.stdin.readline()
         if not line:
             return
+        req, clean, leftovers = {}, True, []
         try:
-            handle(json.loads(line))
+            req = json.loads(line)
+            handle(req)
         except Exception as exc:  # noqa: BLE001 - the host reports it as a system error
             emit({"event": "error", "message": f"runner: {exc!r}"})
-        emit({"event": "done"})
+        finally:
+            if req.get("wipe_dirs"):  # a warm slot: leave nothing for the next run
+                clean, leftovers = guard.clean_slot(req["wipe_dirs"])
+        emit({"event": "done", "clean": clean, "leftovers": leftovers})
         if not serve:
             return
-
-
-def wipe(directory):
-    """Empty a directory that outlives this run (a warm container's /tmp, /dev/shm)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(directory, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
 
 
 if __name__ == "__main__":

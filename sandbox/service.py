@@ -17,7 +17,7 @@ Every limit a client sends is checked and capped here (ServiceConfig; defaults i
   limits.memory_mb, memory_limit_MB                integer in [1, max_memory_mb]    [4096]
   limits.output_bytes                              integer in [1, max_output_bytes] [8 MiB]
       and output_bytes x number of tests <= max_total_output_bytes                  [256 MiB]
-  limits.processes                                 integer in [1, max_processes]    [64]
+  limits.processes                                 integer in [1, max_processes]    [256]
   tests                                            1..max_tests                     [1000]
   judge.abs_tol, judge.rel_tol                     finite, in [0, 1e6]
 Booleans are not numbers, NaN/Infinity are refused, an integral float (256.0) counts as an
@@ -81,7 +81,7 @@ class ServiceConfig:
     max_memory_mb: int = 4096
     max_output_bytes: int = 8 << 20  # per test; the runner's 64 MiB line holds it JSON-escaped
     max_total_output_bytes: int = 256 << 20  # output_bytes x tests: host memory for the reply
-    max_processes: int = 64
+    max_processes: int = 256  # >= Limits().processes (128: 64 threads and room)
     retry_after_s: int = 1
 
 

@@ -62,9 +62,9 @@ class TestCase:
 @dataclass(frozen=True, slots=True)
 class Limits:
     time_s: float = 2.0  # CPU time per test
-    memory_mb: int = 256  # address space per process
+    memory_mb: int = 256  # resident memory of the whole process tree
     output_bytes: int = 1 << 20  # stdout per test
-    processes: int = 16  # processes/threads the program may have at once
+    processes: int = 128  # processes + threads of the whole tree at once (64 threads work)
     wall_time_s: float | None = None  # default 3 * time_s + 1
 
     def __post_init__(self) -> None:

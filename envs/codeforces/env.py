@@ -51,6 +51,8 @@ class CodeforcesEnv(TextEnv):
     e.g. ["easy"]; None keeps all; a source is used whole),
     time_multiplier (scales every problem's time limit, e.g. 2 on a loaded machine)."""
 
+    needs_sandbox = True  # judges the model's programs: the trainer passes a shared sandbox
+
     def __init__(
         self,
         max_turns: int = 1,

@@ -6,7 +6,9 @@ A checkpoint directory holds:
   rng_rank{r}.pt  RNG states of rank r
 Writes go to `<dir>.tmp` and are renamed into place only when complete, so a process killed at any
 moment leaves either the previous checkpoint or the new one, never a torn one. The previous
-checkpoint is kept as `<dir>.old` during the swap and used if the swap itself was interrupted.
+checkpoint is kept as `<dir>.old` during the swap and used if the swap itself was interrupted,
+and then as `<dir>.prev`: if the newest checkpoint cannot be read (a corrupt file), loading says
+which file and falls back to it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,7 +81,7 @@ def save(
 
     def swap() -> None:
         if info.rank == 0:
-            _swap_into_place(tmp, final)
+            _swap_into_place(tmp, final, keep_previous=True)
 
     try:
         for stage in (fresh_tmp, write, swap):
@@ -131,12 +134,16 @@ def _quiet_single_process(info: ProcessInfo):
         yield
 
 
-def _swap_into_place(tmp: Path, final: Path) -> None:
+def _swap_into_place(tmp: Path, final: Path, keep_previous: bool = False) -> None:
     old = final.with_name(final.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
+    if keep_previous and old.exists():
+        prev = final.with_name(final.name + ".prev")
+        shutil.rmtree(prev, ignore_errors=True)
+        os.replace(old, prev)
     shutil.rmtree(old, ignore_errors=True)
     _fsync_dir(final.parent)
 
@@ -149,36 +156,86 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def resolve(ckpt_dir: str) -> Path:
-    """The complete checkpoint at `ckpt_dir`, or the previous one if a swap was interrupted."""
+def candidates(ckpt_dir: str) -> list[Path]:
+    """Complete checkpoints at `ckpt_dir`, newest first: the checkpoint, the one an interrupted
+    swap left as `.old`, the previous one kept as `.prev`."""
     final = Path(ckpt_dir)
-    for candidate in (final, final.with_name(final.name + ".old")):
+    found = []
+    for suffix in ("", ".old", ".prev"):
+        candidate = final.with_name(final.name + suffix)
         if (candidate / "trainer.pt").is_file() and (candidate / "dcp").is_dir():
-            return candidate
-    raise CheckpointError(
-        f"no complete checkpoint at {ckpt_dir} (expected trainer.pt and dcp/); "
-        "start without resume or point to the run's checkpoint directory"
-    )
+            found.append(candidate)
+    return found
+
+
+def resolve(ckpt_dir: str) -> Path:
+    """The newest complete checkpoint at `ckpt_dir` (see `candidates`)."""
+    found = candidates(ckpt_dir)
+    if not found:
+        raise CheckpointError(
+            f"no complete checkpoint at {ckpt_dir} (expected trainer.pt and dcp/); "
+            "start without resume or point to the run's checkpoint directory"
+        )
+    return found[0]
 
 
 def load(
     ckpt_dir: str, info: ProcessInfo, model: nn.Module, optimizer: torch.optim.Optimizer
 ) -> dict:
-    path = resolve(ckpt_dir)
-    trainer_state = torch.load(path / "trainer.pt", weights_only=False)
+    """Load the newest readable checkpoint; an unreadable one is named and the previous used."""
+    resolve(ckpt_dir)  # none at all: say so
+    failures = []
+    for path in candidates(ckpt_dir):
+        try:
+            state = _load_one(path, info, model, optimizer)
+        except CheckpointError as exc:
+            failures.append(str(exc))
+            continue
+        if failures:
+            print(
+                f"warning: {failures[-1]}; falling back to the previous checkpoint {path} "
+                f"(step {state.get('extra_state', {}).get('step', '?')})",
+                file=sys.stderr,
+                flush=True,
+            )
+        return state
+    raise CheckpointError(
+        "no readable checkpoint: "
+        + "; ".join(failures)
+        + ". Start over with trainer.resume=false (the run is moved aside, not deleted)"
+    )
+
+
+def _load_one(
+    path: Path, info: ProcessInfo, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> dict:
+    trainer_file = path / "trainer.pt"
+    try:
+        trainer_state = torch.load(trainer_file, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - pickle, zip and EOF errors of a damaged file
+        raise CheckpointError(
+            f"checkpoint file {trainer_file} is unreadable ({type(exc).__name__}: {exc})"
+        ) from exc
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     try:
         with _quiet_single_process(info):
             dcp.load(state, checkpoint_id=str(path / "dcp"))
-    except Exception as exc:  # DCP raises a variety of errors on a mismatched model
-        raise CheckpointError(f"checkpoint {path} does not match this model: {exc}") from exc
+    except (Exception, CheckpointException) as exc:  # a damaged shard or a mismatched model
+        lines = [line for line in str(exc).splitlines() if line.strip()] or [""]
+        raise CheckpointError(
+            f"checkpoint {path / 'dcp'} is unreadable or does not match this model "
+            f"({type(exc).__name__}: {lines[-1].strip()[:300]})"
+        ) from exc
     set_state_dict(
         model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
     )
     rng_file = path / f"rng_rank{info.rank}.pt"
     if trainer_state.get("world_size") == info.world_size and rng_file.is_file():
-        _set_rng_state(torch.load(rng_file, weights_only=False))
+        try:
+            _set_rng_state(torch.load(rng_file, weights_only=False))
+        except Exception as exc:  # noqa: BLE001
+            raise CheckpointError(f"checkpoint file {rng_file} is unreadable: {exc}") from exc
     return trainer_state
 
 

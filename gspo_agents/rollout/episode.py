@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import math
+import traceback
 import uuid
 from collections.abc import Awaitable, Iterable
 from typing import Any, TypeVar
@@ -63,6 +64,37 @@ def checked_step(result: Any) -> tuple[list, float, bool, bool, dict]:
             f"{type(obs).__name__} and {type(info).__name__}"
         )
     return obs, reward, bool(terminated), bool(truncated), info
+
+
+def check_messages(messages: Any, where: str) -> list:
+    """Chat messages from an env (its opening messages or an observation): a list of
+    {"role": str, "content": str} dicts. Anything else is the env's bug, named with the fix."""
+    example = "[{'role': 'user', 'content': '...'}]"
+    if not isinstance(messages, list):
+        raise TypeError(
+            f"{where} must return a list of chat messages like {example}, got "
+            f"{type(messages).__name__} {str(messages)[:80]!r}"
+        )
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str)):
+            raise TypeError(
+                f"{where} returned a malformed message at index {i}: {str(m)[:80]!r}; each must "
+                f"be a dict with a 'role' and a 'content' string, like {example}"
+            )
+        if not isinstance(m.get("content", ""), str):
+            raise TypeError(
+                f"{where} returned message {i} with non-string content "
+                f"{type(m['content']).__name__}; make it a string"
+            )
+    return messages
+
+
+def note_cause(traj: Trajectory, exc: BaseException | None) -> None:
+    """Keep the exception's type and traceback on a failed trajectory, for the run's report."""
+    if exc is None:
+        return
+    traj.info["exception_type"] = type(exc).__name__
+    traj.info["traceback"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
 def oldest_version(traj: Trajectory) -> int | None:

@@ -58,8 +58,10 @@ from gspo_agents.rollout.episode import (
     Stale,
     TrajectoryFailed,
     abort_quietly,
+    check_messages,
     checked_step,
     mark_error,
+    note_cause,
     oldest_version,
     request_id,
     run_all,
@@ -233,9 +235,17 @@ class RolloutManager:
             task_id = str(task.get("id", ""))
             try:
                 messages, _ = env.reset(options={"task": task})
+                check_messages(messages, f"{type(env).__name__}.reset (initial_messages)")
             except InfraError as exc:  # e.g. a sandbox the episode needs did not start
                 traj = Trajectory([], task_id=task_id, group_id=group_id)
                 mark_error(traj, "env_infra", f"InfraError in reset: {exc}", stats)
+                return traj
+            except (
+                Exception
+            ) as exc:  # the env's own bug: reported on the trajectory, with its trace
+                traj = Trajectory([], task_id=task_id, group_id=group_id)
+                mark_error(traj, "env_exception", f"{type(exc).__name__} in reset: {exc}", stats)
+                note_cause(traj, exc)
                 return traj
             traj = Trajectory(self.chat.prompt_ids(messages), task_id=task_id, group_id=group_id)
             traj.info["sample"] = sample
@@ -248,6 +258,7 @@ class RolloutManager:
                 return None
             except TrajectoryFailed as exc:
                 mark_error(traj, exc.kind, str(exc), stats)
+                note_cause(traj, exc.__cause__)
             except asyncio.TimeoutError:
                 msg = f"trajectory deadline of {self.cfg.trajectory_timeout_s} s exceeded"
                 mark_error(traj, "timeout", msg, stats)
@@ -391,7 +402,9 @@ class RolloutManager:
     async def _env_step(self, env: TextEnv, action: str, stats: RolloutStats):
         started = time.perf_counter()
         try:
-            return checked_step(await env.astep(action))
+            result = checked_step(await env.astep(action))
+            check_messages(result[0], f"{type(env).__name__}.step")
+            return result
         except InfraError as exc:
             raise TrajectoryFailed("env_infra", f"InfraError: {exc}") from exc
         except Exception as exc:  # an env that raises is reported, never scored

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
@@ -18,10 +19,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox import cgroups as cgroups_mod
 from sandbox.errors import BackendFailure
+from sandbox.runner_guard import POLL_S
+
+log = logging.getLogger(__name__)
 
 STREAM_LIMIT = 64 << 20  # one runner line carries up to a test's capped stdout, JSON-escaped
-RUNNER_SOURCE = (Path(__file__).resolve().parent.parent / "runner.py").read_text()
+_PACKAGE = Path(__file__).resolve().parent.parent
+# The runner runs as `python3 -S -c RUNNER_SOURCE` inside the sandbox, where this package is not
+# installed: a short prelude registers the runner's helper modules from their source text, then
+# runner.py follows (so it imports `sandbox.runner_guard` as it does on the host).
+RUNNER_MODULES = ("runner_guard",)
+_PRELUDE = """import sys as _sys, types as _types
+_sys.modules.setdefault("sandbox", _types.ModuleType("sandbox"))
+for _name, _text in {modules!r}.items():
+    _module = _types.ModuleType(_name)
+    _sys.modules[_name] = _module
+    exec(compile(_text, _name, "exec"), _module.__dict__)
+"""
+RUNNER_SOURCE = (
+    _PRELUDE.format(
+        modules={f"sandbox.{m}": (_PACKAGE / f"{m}.py").read_text() for m in RUNNER_MODULES}
+    )
+    + (_PACKAGE / "runner.py").read_text()
+)
 SANDBOX_UID = 65534  # the uid programs see inside bubblewrap and namespaces sandboxes
 
 Decide = Callable[[dict[str, Any]], bool]  # a test event -> keep going?
@@ -34,6 +56,8 @@ class RunnerOutput:
     binary: str | None = None  # base64 of the compiled program, when asked (compile cache)
     tests: list[dict[str, Any]] = field(default_factory=list)
     finished: bool = False  # the runner reported "done"
+    clean: bool = True  # the runner verified that the slot keeps nothing of this run
+    leftovers: list[str] = field(default_factory=list)  # what it found when not clean
     stopped_early: bool = False
     diagnostics: str = ""  # stderr of the backend process, for SE messages
 
@@ -73,6 +97,8 @@ async def drive(
                 raise BackendFailure(event.get("message", "sandbox runner failed"))
             elif kind == "done":
                 out.finished = True
+                out.clean = bool(event.get("clean", True))
+                out.leftovers = list(event.get("leftovers") or [])
                 return out
     except (BrokenPipeError, ConnectionResetError):
         return out
@@ -112,12 +138,31 @@ class Backend(ABC):
     # Margin for RLIMIT_NPROC: the runner and the sandbox's own helpers run as the same uid.
     nproc_margin: int = 4
     scratch_parent: str | None = None  # None: the runner's default temp dir (/tmp inside)
-    wipe_dirs: tuple[str, ...] = ()  # writable dirs that outlive a run; emptied after each run
+    # Writable dirs that outlive a run (a warm slot): emptied, with SysV IPC, after each run,
+    # and the slot is replaced when the runner cannot verify it is clean.
+    wipe_dirs: tuple[str, ...] = ()
+    seccomp: bool = True  # programs and compilers run under runner_guard's syscall filter
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, *, cgroups: bool = True) -> None:
         self.slots = slots
         self._free: asyncio.Queue[int] | None = None
         self.uids = allocate_uids(slots)
+        self.use_cgroups = cgroups
+        self.hierarchy: cgroups_mod.Hierarchy | None = None
+        self.cgroup_note = "disabled (cgroups=False)"  # why the /proc fallback, if it is used
+
+    def setup_cgroups(self) -> None:
+        """Find the cgroup hierarchy (called from check()); log and fall back when none."""
+        if not self.use_cgroups:
+            return
+        self.hierarchy, why = cgroups_mod.detect()
+        self.cgroup_note = why or f"cgroup v{self.hierarchy.version}"  # type: ignore[union-attr]
+        if self.hierarchy is None:
+            log.warning(
+                "sandbox %s: no cgroups (%s); limits on the whole process tree fall back to "
+                "sampling /proc every %.0f ms",
+                self.name, why, 1000 * POLL_S,
+            )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[int]:
@@ -142,7 +187,29 @@ class Backend(ABC):
 
 
 class ProcessBackend(Backend):
-    """A backend whose sandbox is one host process per submission (bwrap, unshare, local)."""
+    """A backend whose sandbox is one host process per submission (bwrap, unshare, local).
+
+    Each slot owns a pair of cgroups (sandbox/cgroups.py) whose control-file fds every sandbox
+    process of the slot inherits; the request tells the runner their numbers.
+    """
+
+    _slot_groups: dict[int, cgroups_mod.SlotGroups] | None = None
+
+    def _groups_for(self, index: int) -> cgroups_mod.SlotGroups | None:
+        if self.hierarchy is None:
+            return None
+        if self._slot_groups is None:
+            self._slot_groups = {}
+        if index not in self._slot_groups:
+            try:
+                self._slot_groups[index] = cgroups_mod.SlotGroups.create(
+                    self.hierarchy, f"{self.name}-{index}"
+                )
+            except OSError as exc:
+                raise BackendFailure(
+                    f"{self.name}: cannot create the slot's cgroups: {exc}"
+                ) from exc
+        return self._slot_groups[index]
 
     @abstractmethod
     def argv(self, slot: int) -> list[str]:
@@ -155,8 +222,12 @@ class ProcessBackend(Backend):
         self, request: dict[str, Any], decide: Decide, timeout_s: float
     ) -> RunnerOutput:
         async with self.slot() as index:
+            groups = self._groups_for(index)
+            if groups is not None:
+                request = {**request, "cgroup": groups.groups}
             proc = await asyncio.create_subprocess_exec(
                 *self.argv(index),
+                pass_fds=groups.fds if groups is not None else (),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -172,3 +243,8 @@ class ProcessBackend(Backend):
                 diagnostics = await asyncio.shield(stop_process(proc))
             out.diagnostics = diagnostics
             return out
+
+    async def aclose(self) -> None:
+        for groups in (self._slot_groups or {}).values():
+            groups.close()
+        self._slot_groups = None

@@ -1,9 +1,11 @@
 """bubblewrap backend: a fresh bwrap sandbox per submission over the read-only cached rootfs.
 
 New user, pid, net, ipc, uts and cgroup namespaces; the runner is pid 1 (`--as-pid-1`), so the
-program can neither signal it nor outlive it; no capabilities; no network but a down loopback;
-host environment cleared; only the rootfs (read-only), a size-capped /tmp tmpfs, /proc and a
-minimal /dev are visible. Run as root, it first drops to the slot's unprivileged host uid.
+program can neither signal it nor outlive it; no capabilities; no network but loopback (up,
+`localhost` in the image's /etc/hosts); host environment cleared; only the rootfs (read-only),
+size-capped /tmp and /dev/shm tmpfs, /proc and a minimal /dev are visible. Run as root, it first
+drops to the slot's unprivileged host uid. Everything is new per submission (mounts, IPC
+namespace, user namespace and so its keyrings, pid namespace), so no run sees another's state.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from sandbox.errors import SandboxUnavailable
 class BubblewrapBackend(ProcessBackend):
     name = "bubblewrap"
 
-    def __init__(self, slots: int, *, tmpfs_mb: int = 256, rootfs: str | None = None) -> None:
-        super().__init__(slots)
+    def __init__(
+        self, slots: int, *, tmpfs_mb: int = 256, rootfs: str | None = None, cgroups: bool = True
+    ) -> None:
+        super().__init__(slots, cgroups=cgroups)
         self.tmpfs_mb = tmpfs_mb
         self.rootfs = rootfs or str(image.rootfs_path())
         self.bwrap = shutil.which("bwrap") or ""
@@ -46,6 +50,7 @@ class BubblewrapBackend(ProcessBackend):
                 f"({probe.stderr.strip()}); enable unprivileged user namespaces "
                 "(sysctl user.max_user_namespaces>0, kernel.unprivileged_userns_clone=1)"
             )
+        self.setup_cgroups()
 
     def _prefix(self, uid: int) -> list[str]:
         drop = []
@@ -71,6 +76,12 @@ class BubblewrapBackend(ProcessBackend):
             str(self.tmpfs_mb << 20),
             "--tmpfs",
             "/tmp",
+            "--size",  # bwrap's own /dev/shm would be an uncapped tmpfs (half the host's RAM)
+            str(self.tmpfs_mb << 20),
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
             "--cap-drop",
             "ALL",
             "--uid",

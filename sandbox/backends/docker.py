@@ -10,7 +10,17 @@ pids/memory/cpu limits, an unprivileged per-container uid, no-new-privileges, al
 dropped, private ipc. Containers are labelled with their owner (host:pid); at start we remove
 containers whose owner process is gone, at close (and at interpreter exit) our own.
 A container that misbehaved (its runner died, a run was cancelled or timed out) is destroyed and
-replaced, so nothing one submission left behind can meet the next. Several Docker hosts
+replaced, so nothing one submission left behind can meet the next. After every run the runner
+empties the writable dirs (/tmp, /dev/shm, /dev/mqueue: chmod before delete, so modes do not
+matter) and removes SysV IPC objects, then verifies both; a container it cannot verify clean is
+destroyed and replaced too. Key management calls are denied by the syscall filter (the uid's
+keyrings are the host's: docker has no user namespace).
+
+Whole-tree limits: with a local engine and cgroups, each container gets a pair of cgroups
+(sandbox/cgroups.py); the runner connects once, at start, to a unix socket we bind-mount into the
+container and receives their fds (fds cannot be inherited through `docker run`); the socket is
+gone before any program runs. Remote engines (or cgroups=False) use the runner's /proc sampling
+fallback inside the container's own memory and pids caps. Several Docker hosts
 (DOCKER_HOST-style URLs) may be given; containers are spread round-robin across them.
 """
 
@@ -18,16 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox import cgroups as cgroups_mod
 from sandbox import image
 from sandbox.backends.base import (
     RUNNER_SOURCE,
@@ -55,12 +68,13 @@ class Container:
     uid: int
     proc: asyncio.subprocess.Process  # the attached `docker run -i` client
     stderr_tail: str = ""
+    groups: cgroups_mod.SlotGroups | None = None
 
 
 class DockerBackend(Backend):
     name = "docker"
     nproc_margin = 2  # the runner (pid 1) shares the container's uid
-    wipe_dirs = ("/tmp", "/dev/shm")  # a warm container's writable places outlive each run
+    wipe_dirs = ("/tmp", "/dev/shm", "/dev/mqueue")  # a warm container's writable places
 
     def __init__(
         self,
@@ -70,11 +84,12 @@ class DockerBackend(Backend):
         hosts: Sequence[str] | None = None,
         memory_mb: int = 2048,
         cpus: float = 1.0,
-        pids_limit: int = 128,
+        pids_limit: int = 512,
         tmpfs_mb: int = 256,
         cgroup_parent: str | None = "auto",
+        cgroups: bool = True,
     ) -> None:
-        super().__init__(slots)
+        super().__init__(slots, cgroups=cgroups and not hosts)
         self.image = image_tag or image.image_tag()
         self.hosts: list[str | None] = list(hosts) if hosts else [None]
         self.memory_mb, self.cpus, self.pids_limit, self.tmpfs_mb = (
@@ -129,6 +144,9 @@ class DockerBackend(Backend):
                 timeout=20,
             ).stdout.strip()
             self.cgroup_parent = "/" if driver == "cgroupfs" else None
+        if self.hosts != [None]:
+            self.cgroup_note = "remote docker hosts: their cgroups are not ours to open"
+        self.setup_cgroups()
         self.reap_stale()
 
     def reap_stale(self) -> None:
@@ -162,7 +180,8 @@ class DockerBackend(Backend):
                 )
 
     # ---- pool --------------------------------------------------------------------------
-    def _run_argv(self, name: str, uid: int) -> list[str]:
+    def _run_argv(self, name: str, uid: int, ctl_dir: str | None) -> list[str]:
+        ctl = ["--volume", f"{ctl_dir}:/run/gspo-ctl:ro"] if ctl_dir else []
         return [
             "run",
             "-i",
@@ -194,6 +213,11 @@ class DockerBackend(Backend):
             "private",
             "--hostname",
             "sandbox",
+            "--dns",  # else docker copies the host's resolv.conf (its resolver, search domains)
+            "127.0.0.1",
+            "--dns-search",
+            ".",
+            *ctl,
             "--workdir",
             "/tmp",
             *(["--cgroup-parent", self.cgroup_parent] if self.cgroup_parent else []),
@@ -205,6 +229,7 @@ class DockerBackend(Backend):
             "-c",
             RUNNER_SOURCE,
             "--serve",
+            *(["--ctl", "/run/gspo-ctl/sock"] if ctl_dir else []),
         ]
 
     async def _start_container(self, uid: int) -> Container:
@@ -212,10 +237,22 @@ class DockerBackend(Backend):
         host = self.hosts[self._next_host % len(self.hosts)]
         self._next_host += 1
         name = f"gspo-sb-{os.getpid()}-{secrets.token_hex(4)}"
+        groups, listener, ctl_dir = None, None, None
+        if self.hierarchy is not None:
+            try:
+                groups = cgroups_mod.SlotGroups.create(self.hierarchy, name)
+                listener, ctl_dir = _ctl_listener()
+            except OSError as exc:
+                if groups is not None:
+                    groups.close()
+                self._uids_in_use.discard(uid)
+                raise BackendFailure(
+                    f"docker: cannot set up the container's cgroups: {exc}"
+                ) from exc
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self._cli(host),
-                *self._run_argv(name, uid),
+                *self._run_argv(name, uid, ctl_dir),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -224,15 +261,28 @@ class DockerBackend(Backend):
             )
         except OSError as exc:
             self._uids_in_use.discard(uid)
+            _close_ctl(listener, ctl_dir)
+            if groups is not None:
+                groups.close()
             raise BackendFailure(f"cannot start the docker CLI: {exc}") from exc
-        container = Container(name=name, host=host, uid=uid, proc=proc)
+        container = Container(name=name, host=host, uid=uid, proc=proc, groups=groups)
         self._live[name] = container
+        if groups is not None and listener is not None:
+            try:
+                await _send_groups(listener, groups)
+            except (OSError, asyncio.TimeoutError) as exc:
+                await self._remove(container)
+                raise BackendFailure(f"docker: the runner did not take its cgroups: {exc}") from exc
+            finally:
+                _close_ctl(listener, ctl_dir)
         return container
 
     async def _remove(self, container: Container) -> None:
         self._live.pop(container.name, None)
         await _run([*self._cli(container.host), "rm", "-f", container.name])
         container.stderr_tail = await stop_process(container.proc)
+        if container.groups is not None:
+            container.groups.close()
         self._uids_in_use.discard(container.uid)
 
     async def execute(
@@ -255,7 +305,10 @@ class DockerBackend(Backend):
                     out = await asyncio.wait_for(drive(container.proc, request, decide), timeout_s)
                 except asyncio.TimeoutError as exc:
                     raise BackendFailure(f"docker: runner exceeded {timeout_s:.0f}s") from exc
-                healthy = out.finished
+                # A container the runner could not verify clean is never reused.
+                healthy = out.finished and out.clean
+                if out.finished and not out.clean:
+                    log.info("docker: replacing a container left dirty: %s", out.leftovers)
                 return out
             finally:
                 if healthy:
@@ -276,7 +329,48 @@ class DockerBackend(Backend):
                 capture_output=True,
                 timeout=60,
             )
+            if container.groups is not None:
+                container.groups.close()
         self._live.clear()
+
+
+CTL_TIMEOUT_S = 60.0  # a cold container start on a loaded host takes seconds
+
+
+def _ctl_listener() -> tuple[socket.socket, str]:
+    """A listening unix socket in a fresh dir, to be bind-mounted into one container."""
+    ctl_dir = tempfile.mkdtemp(prefix="gspo-sb-ctl-")
+    os.chmod(ctl_dir, 0o755)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(os.path.join(ctl_dir, "sock"))
+        os.chmod(os.path.join(ctl_dir, "sock"), 0o777)  # the runner's uid must connect
+        listener.listen(1)
+        listener.setblocking(False)
+    except OSError:
+        _close_ctl(listener, ctl_dir)
+        raise
+    return listener, ctl_dir
+
+
+def _close_ctl(listener: socket.socket | None, ctl_dir: str | None) -> None:
+    if listener is not None:
+        listener.close()
+    if ctl_dir is not None:
+        shutil.rmtree(ctl_dir, ignore_errors=True)
+
+
+async def _send_groups(listener: socket.socket, groups: cgroups_mod.SlotGroups) -> None:
+    """Hand the runner (the first and only peer) the cgroup fds; then the socket is closed."""
+    loop = asyncio.get_running_loop()
+    conn, _ = await asyncio.wait_for(loop.sock_accept(listener), CTL_TIMEOUT_S)
+    with conn:
+        conn.setblocking(True)
+        socket.send_fds(conn, [cgroups_mod.ctl_message(groups)], groups.fds)
+    with contextlib.suppress(OSError):  # the container holds its own copies now
+        for fd in groups.fds:
+            os.close(fd)
+    groups.fds.clear()
 
 
 def _pid_alive(pid: int) -> bool:

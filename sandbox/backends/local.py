@@ -17,9 +17,10 @@ class UnsafeLocalBackend(ProcessBackend):
     name = "unsafe-local"
     kill_all = False  # kill(-1) here would kill every process of the calling user
     nproc_margin = 0  # 0 = no RLIMIT_NPROC: it would count all of the user's processes
+    seccomp = False  # no isolation to protect here
 
     def __init__(self, slots: int) -> None:
-        super().__init__(slots)
+        super().__init__(slots, cgroups=False)
         self.scratch_parent = tempfile.gettempdir()
 
     def check(self) -> None:

@@ -3,8 +3,12 @@
 Needs root on the host (it mounts inside its private mount namespace, then drops to the slot's
 unprivileged uid with no capabilities and no-new-privs). New pid, net, mount, ipc, uts and cgroup
 namespaces; the runner is pid 1 of its pid namespace, so the program cannot signal or outlive it;
-the host environment is cleared; only the rootfs (read-only), a size-capped /tmp, /proc and a few
-device nodes are visible.
+the host environment is cleared; only the rootfs (read-only), size-capped /tmp and /dev/shm, /proc
+and a few device nodes are visible; loopback is up, nothing else. Mounts and the IPC namespace
+are new per submission; there is no user namespace, so the slot's host uid has one user keyring
+for all its runs, which is why the syscall filter denies every key management call. The sandbox
+dies with the host process (setpriv --pdeathsig on unshare, unshare --kill-child, and the runner's
+own PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ for d in null zero full random urandom; do
   touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"
 done
 ln -s /proc/self/fd "$R/dev/fd"
+mkdir "$R/dev/shm"
+mount -t tmpfs -o "size=$SIZE,mode=1777,nosuid,nodev" tmpfs "$R/dev/shm"
+mount -o remount,ro,nosuid "$R/dev"
+ip link set lo up
 hostname sandbox
 cd /
 exec chroot "$R" /usr/bin/setpriv --reuid="$U" --regid="$U" --clear-groups --no-new-privs \
@@ -43,11 +51,14 @@ exec chroot "$R" /usr/bin/setpriv --reuid="$U" --regid="$U" --clear-groups --no-
 class NamespacesBackend(ProcessBackend):
     name = "namespaces"
 
-    def __init__(self, slots: int, *, tmpfs_mb: int = 256, rootfs: str | None = None) -> None:
-        super().__init__(slots)
+    def __init__(
+        self, slots: int, *, tmpfs_mb: int = 256, rootfs: str | None = None, cgroups: bool = True
+    ) -> None:
+        super().__init__(slots, cgroups=cgroups)
         self.tmpfs_mb = tmpfs_mb
         self.rootfs = rootfs or str(image.rootfs_path())
         self.unshare = shutil.which("unshare") or ""
+        self.setpriv = shutil.which("setpriv") or ""
 
     def check(self) -> None:
         if os.geteuid() != 0:
@@ -55,8 +66,15 @@ class NamespacesBackend(ProcessBackend):
                 "namespaces backend: needs root (it mounts a private root and "
                 "then drops privileges); use backend='bubblewrap' instead"
             )
-        if not self.unshare:
-            raise SandboxUnavailable("namespaces backend: util-linux `unshare` not found")
+        if not self.unshare or not self.setpriv:
+            raise SandboxUnavailable(
+                "namespaces backend: util-linux `unshare` and `setpriv` are needed"
+            )
+        if not shutil.which("ip"):
+            raise SandboxUnavailable(
+                "namespaces backend: `ip` (iproute2) is needed to bring loopback up; "
+                "apt-get install iproute2"
+            )
         if not os.path.isdir(self.rootfs):
             raise SandboxUnavailable(
                 f"namespaces backend: rootfs {self.rootfs} is missing; build "
@@ -69,9 +87,14 @@ class NamespacesBackend(ProcessBackend):
             raise SandboxUnavailable(
                 "namespaces backend: unshare failed here: " + probe.stderr.strip()[-500:]
             )
+        self.setup_cgroups()
 
     def _prefix(self, uid: int) -> list[str]:
         return [
+            self.setpriv,  # unshare dies with us; it takes the sandbox with it (--kill-child)
+            "--pdeathsig",
+            "KILL",
+            "--",
             self.unshare,
             "--pid",
             "--fork",

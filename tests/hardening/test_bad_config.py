@@ -51,7 +51,20 @@ CASES = {
         ["rollout.temperature=hot"],
         ["rollout.temperature", "could not be converted to Float"],
     ),
-    "unknown_key": (["trainer.stepz=3"], ["Key 'stepz' not in 'TrainerConfig'"]),
+    "unknown_key": (
+        ["trainer.stepz=3"],
+        ["'stepz' is not one of the keys of trainer", "Did you mean 'steps'"],
+    ),
+    "env_group_typo": (["env=arithmetc"], ["env=arithmetc", "Did you mean 'arithmetic'"]),
+    "group_typo": (["trainr.steps=3"], ["Did you mean 'trainer'"]),
+    "group_of_one": (
+        ["rollout.num_samples_per_task=1"],
+        ["rollout.num_samples_per_task=1", "a group of 1 has no spread", "use 2 or more"],
+    ),
+    "context_shorter_than_prompt": (
+        ["rollout.max_context_tokens=8"],
+        ["rollout.max_context_tokens=8 leaves no room", "the longest prompt of arithmetic is"],
+    ),
     "zero_tasks_per_step": (
         ["trainer.tasks_per_step=0"],
         ["trainer.tasks_per_step must be > 0, got 0"],

@@ -1,0 +1,187 @@
+"""The run directory: one training owns it at a time, and what is in it stays trustworthy.
+
+- `RunDirLock`: an exclusive `flock` on `RUN_DIR/.lock` holding the owner's pid; a second
+  training on the same directory fails at once, naming that pid. The kernel drops the lock when
+  the owner dies, however it dies, so a stale lock file never blocks a rerun.
+- `plan_start`: resume a run that has a checkpoint (the default), or start over; starting over
+  first moves the old run aside (`RUN_DIR.old-<UTC time>`), it never deletes it.
+- `write_config`: the resolved config of this training, written only once the command has been
+  accepted and the directory locked, so a rejected command changes nothing in an existing run.
+- `tee_to_log`: everything the console shows (stdout and stderr) also goes to `RUN_DIR/train.log`.
+
+This module knows nothing of models or rollouts; train.py calls it before building either.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+LOCK_FILE = ".lock"
+LOG_FILE = "train.log"
+CONFIG_FILE = "config.yaml"
+CHECKPOINT = "checkpoint"
+RUN_MARKERS = ("metrics.jsonl", CHECKPOINT, f"{CHECKPOINT}.old", f"{CHECKPOINT}.prev", "weights")
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used: busy, read-only, or not a directory."""
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail before any work with the directory and the fix, not deep inside a logging handler."""
+    probe = run_dir
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise RunDirError(f"trainer.run_dir={run_dir}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunDirError(
+            f"trainer.run_dir={run_dir} is not writable ({probe} is read-only for this user); "
+            "choose another directory with trainer.run_dir=... or fix its permissions"
+        )
+
+
+class RunDirLock:
+    """Exclusive ownership of a run directory by this process (see the module docstring)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunDirLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunDirError(
+                f"trainer.run_dir={self.path.parent} is in use by another training (pid "
+                f"{holder}); wait for it to finish, stop it (kill -INT {holder}), or choose "
+                "another trainer.run_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartPlan:
+    resume: bool  # load RUN_DIR/checkpoint
+    moved_to: Path | None  # where an old run was moved before starting over
+    message: str
+
+
+def holds_run(run_dir: Path) -> bool:
+    return any((run_dir / name).exists() for name in RUN_MARKERS)
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return any(
+        (run_dir / n / "trainer.pt").is_file()
+        for n in (CHECKPOINT, f"{CHECKPOINT}.old", f"{CHECKPOINT}.prev")
+    )
+
+
+def plan_start(run_dir: Path, resume: bool) -> StartPlan:
+    """Decide how this training starts in `run_dir` (which this process has locked)."""
+    if not holds_run(run_dir):
+        return StartPlan(False, None, f"new run in {run_dir}")
+    if resume and has_checkpoint(run_dir):
+        return StartPlan(True, None, f"{run_dir} holds a run: resuming it")
+    moved = move_aside(run_dir)
+    why = "trainer.resume=false" if resume is False else "it has no checkpoint to resume from"
+    return StartPlan(False, moved, f"starting over ({why}); the old run was moved to {moved}")
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Move everything but the lock into a sibling `RUN_DIR.old-<UTC time>`; nothing is deleted."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    target = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}")
+    target.mkdir(parents=True)
+    for child in run_dir.iterdir():
+        if child.name != LOCK_FILE:
+            os.replace(child, target / child.name)
+    return target
+
+
+def write_config(path: Path, config: Any) -> None:
+    """The resolved config as YAML, replaced atomically."""
+    from omegaconf import OmegaConf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(OmegaConf.to_yaml(config, resolve=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class _Tee:
+    """A text stream that writes to the console stream and to the log file."""
+
+    def __init__(self, console: IO[str], log: IO[str]) -> None:
+        self._console, self._log = console, log
+
+    def write(self, text: str) -> int:
+        self._log.write(text)
+        self._log.flush()
+        return self._console.write(text)
+
+    def flush(self) -> None:
+        self._console.flush()
+        self._log.flush()
+
+    def isatty(self) -> bool:
+        return self._console.isatty()
+
+    def fileno(self) -> int:
+        return self._console.fileno()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._console, name)
+
+
+_active_logs: list[IO[str]] = []
+
+
+class tee_to_log:
+    """Context manager: sys.stdout and sys.stderr also append to RUN_DIR/train.log."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOG_FILE
+
+    def __enter__(self) -> tee_to_log:
+        self._file = self.path.open("a", encoding="utf-8")
+        self._saved = sys.stdout, sys.stderr
+        sys.stdout = _Tee(sys.stdout, self._file)
+        sys.stderr = _Tee(sys.stderr, self._file)
+        _active_logs.append(self._file)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout, sys.stderr = self._saved
+        _active_logs.remove(self._file)
+        self._file.close()
+
+
+def log_only(text: str) -> None:
+    """Write to the active train.log only (details the console shows elsewhere or in short)."""
+    for f in _active_logs[-1:]:
+        f.write(text if text.endswith("\n") else text + "\n")
+        f.flush()

@@ -1,0 +1,189 @@
+"""A run people can trust, through real `python -m gspo_agents.train` processes and real signals.
+
+- Ctrl-C (SIGINT) at step k: the step finishes, a checkpoint is written, exit 0; the same command
+  run again resumes, printing "resuming from step k"; time_s, the wandb run id and metrics.jsonl
+  continue. While it runs, a second training on the same run dir fails at once naming the pid.
+- A rejected command changes nothing in an existing run dir; `trainer.resume=false` moves the
+  old run aside (never deletes it) before starting over.
+- A custom env whose step always raises: the console shows its traceback, the errors column
+  counts the failures, train.log holds all of it, and the run stops after
+  `trainer.max_failed_steps` steps with a clear message (non-zero exit).
+- A corrupt checkpoint file is named and the previous checkpoint used; with none readable the
+  run fails in one line naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import broken_env
+import pytest
+from hd_util import metric_rows, start_train, train, train_cmd, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+]  # real trainings; a loaded machine is slow
+HERE = Path(__file__).resolve().parent
+LONG = "trainer.steps=200"  # far more than the tests let run
+
+
+def snapshot(run_dir: Path) -> dict[str, str]:
+    """Every file under run_dir with a hash of its content."""
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+def interrupt_at(proc: subprocess.Popen, run_dir: Path, steps: int) -> int:
+    wait_for(lambda: len(metric_rows(run_dir)) >= steps, 600, f"{steps} steps", proc)
+    proc.send_signal(signal.SIGINT)
+    return proc.wait(timeout=300)
+
+
+def test_ctrl_c_checkpoints_and_the_same_command_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    log1 = tmp_path / "first.log"
+    proc = start_train(run_dir, LONG, "logger.wandb_mode=offline", log=log1)
+    try:
+        wait_for(lambda: len(metric_rows(run_dir)) >= 1, 600, "the first step", proc)
+        second = train(run_dir, LONG, "logger.wandb_mode=offline", timeout=120)
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert f"in use by another training (pid {proc.pid})" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert interrupt_at(proc, run_dir, 2) == 0, log1.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out1 = log1.read_text()
+    assert "SIGINT: stopping after this step" in out1
+    assert "Traceback" not in out1
+    k = metric_rows(run_dir)[-1]["step"]
+    assert k >= 2
+    assert f"stopped after step {k}/200" in out1
+    wandb_id = (run_dir / "wandb_run_id").read_text().strip()
+    time_k = metric_rows(run_dir)[-1]["time_s"]
+
+    # the same command again: resumes at k (and is stopped again one step later)
+    log2 = tmp_path / "second.log"
+    proc = start_train(run_dir, LONG, "logger.wandb_mode=offline", log=log2)
+    try:
+        assert interrupt_at(proc, run_dir, k + 1) == 0, log2.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out2 = log2.read_text()
+    assert f"resuming from step {k}" in out2
+    rows = metric_rows(run_dir)
+    steps = [r["step"] for r in rows]
+    assert steps == list(range(1, steps[-1] + 1)) and steps[-1] >= k + 1  # each step once
+    assert rows[k]["time_s"] > time_k  # time_s continues, it does not restart at 0
+    assert (run_dir / "wandb_run_id").read_text().strip() == wandb_id
+    assert len(list((run_dir / "wandb").glob(f"offline-run-*-{wandb_id}"))) == 2
+    log_text = (run_dir / "train.log").read_text()
+    assert f"resuming from step {k}" in log_text and f"step {k + 1}/200" in log_text
+
+    # a rejected command writes nothing into the run dir
+    files = snapshot(run_dir)
+    rejected = train(run_dir, LONG, "rollout.num_samples_per_task=1", timeout=120)
+    assert rejected.returncode != 0
+    assert "rollout.num_samples_per_task=1" in rejected.stderr
+    assert snapshot(run_dir) == files
+
+    # resume=false starts over after moving the old run aside
+    fresh = train(run_dir, "trainer.steps=1", "trainer.resume=false", timeout=600)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    [moved] = list(tmp_path.glob("run.old-*"))
+    assert f"the old run was moved to {moved}" in fresh.stderr
+    assert [r["step"] for r in metric_rows(moved)] == steps  # nothing of it lost
+    assert [r["step"] for r in metric_rows(run_dir)] == [1]
+
+
+def run_with_env(tmp_path: Path, env_id: str, *overrides: str) -> subprocess.CompletedProcess:
+    broken_env.register()
+    boot = "import broken_env; broken_env.register(); from gspo_agents.train import cli; cli()"
+    cmd = train_cmd(tmp_path / "run", f"env.name={env_id}", *overrides)
+    cmd[1:3] = ["-c", boot]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_a_custom_env_that_always_raises_stops_the_run_with_its_traceback(tmp_path):
+    proc = run_with_env(
+        tmp_path, broken_env.STEP_RAISES, "trainer.steps=20", "trainer.max_failed_steps=2"
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    err = proc.stderr
+    assert "failed with env_exception:ZeroDivisionError" in err
+    assert "Traceback (most recent call last)" in err
+    assert 'broken_env.py", line' in err and "in grade" in err  # the env's own frame
+    assert err.count("Traceback (most recent call last)") == 1  # once, not every step
+    assert "errors 8" in err  # the console line's errors column (2 tasks x 4 samples)
+    assert "error: stopping at step 2: 2 consecutive steps without a single trainable" in err
+    assert "trainer.max_failed_steps" in err
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "errors 8" in log and "stopping at step 2" in log
+    assert log.count("in grade") == 2  # the first failure's traceback on each failed step
+
+
+def test_initial_messages_returning_a_string_is_named(tmp_path):
+    proc = run_with_env(
+        tmp_path,
+        broken_env.STRING_MESSAGES,
+        "trainer.steps=5",
+        "trainer.max_failed_steps=1",
+        "trainer.sft.enabled=false",
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "StringMessagesEnv.reset (initial_messages) must return a list of chat messages" in (
+        proc.stderr
+    )
+    assert "got str 'What is 1 + 1?'" in proc.stderr
+
+
+def test_a_corrupt_checkpoint_is_named_and_the_previous_one_used(tmp_path):
+    run_dir = tmp_path / "run"
+    done = train(run_dir, "trainer.steps=2", "trainer.save_every_steps=1", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run_dir / "checkpoint.prev" / "trainer.pt").is_file()  # step 1, kept as fallback
+    corrupt = run_dir / "checkpoint" / "trainer.pt"
+    corrupt.write_bytes(b"\x00garbage" * 10)
+
+    resumed = train(run_dir, "trainer.steps=3", timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"checkpoint file {corrupt} is unreadable" in resumed.stderr
+    assert "falling back to the previous checkpoint" in resumed.stderr
+    assert "resuming from step 1" in resumed.stderr
+    assert [r["step"] for r in metric_rows(run_dir)] == [1, 2, 3]
+
+    for name in ("checkpoint", "checkpoint.prev"):
+        (run_dir / name / "trainer.pt").write_bytes(b"not a checkpoint")
+    failed = train(run_dir, "trainer.steps=4", timeout=600)
+    assert failed.returncode == 1
+    assert f"error: no readable checkpoint: checkpoint file {corrupt} is unreadable" in (
+        failed.stderr
+    )
+    assert "trainer.resume=false" in failed.stderr
+    assert "Traceback" not in failed.stderr
+
+
+def test_eval_writes_its_own_config_and_leaves_the_runs_alone(tmp_path):
+    run_dir = tmp_path / "run"
+    done = train(run_dir, "trainer.steps=1", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = (run_dir / "config.yaml").read_text()
+    assert f"run_dir: {run_dir}" in config  # the run's resolved config
+    cmd = [sys.executable, "-m", "gspo_agents.eval", f"eval.run_dir={run_dir}", "eval.k=2"]
+    cmd += ["eval.max_tasks=2", "+env.kwargs.difficulty=1", "rollout.max_new_tokens_per_turn=4"]
+    ev = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert (run_dir / "config.yaml").read_text() == config
+    assert "max_new_tokens_per_turn: 4" in (run_dir / "eval-test.config.yaml").read_text()
+    assert "eval: 2/2 tasks | eta" in ev.stderr

@@ -1,0 +1,500 @@
+"""Sandbox integrity (SANDBOX.md 12-14, issue 13): runs cannot reach each other, limits hold for
+the whole process tree, threads work, the syscall filter holds, on every isolating backend.
+
+Every case runs on a one-slot sandbox and is followed by `assert_next_run_clean`: the next run
+on the same slot (the same warm container for docker) must see nothing the case left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sbtest_util import labelled_containers, make_sandbox, processes_of_uids
+
+from sandbox import Limits, Program, Sandbox, TestCase, Verdict, cgroups
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def py(source: str) -> Program:
+    return Program("python", source)
+
+
+def our_cgroups() -> list[str]:
+    """Sandbox cgroups this test process made that still exist."""
+    found = []
+    for point, _, _ in cgroups._mounts():
+        found += [str(p) for p in (Path(point) / cgroups.TOP).glob(f"{os.getpid()}.*")]
+    return found
+
+
+@pytest.fixture
+async def slot(backend_name: str) -> AsyncIterator[Sandbox]:
+    """A one-slot sandbox: consecutive runs share the slot (and, on docker, the container)."""
+    sb = make_sandbox(backend_name, concurrency=1)
+    try:
+        yield sb
+    finally:
+        await sb.aclose()
+    backend = sb._backend
+    assert processes_of_uids(set(backend.uids)) == []
+    if backend_name == "docker":
+        assert labelled_containers(backend.owner) == []  # type: ignore[attr-defined]
+    assert our_cgroups() == []
+
+
+CLEAN_PROBE = r"""
+import ctypes, json, os
+scratch = os.path.basename(os.path.dirname(os.getcwd()))
+def listing(d):
+    try:
+        return sorted(n for n in os.listdir(d) if n != scratch)
+    except FileNotFoundError:
+        return []
+def sysv(kind):
+    try:
+        return open(f"/proc/sysvipc/{kind}").read().splitlines()[1:]
+    except OSError:
+        return []
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mq_open.restype = ctypes.c_int
+mq = libc.mq_open(b"/gspo-leak", os.O_RDONLY)
+with open("fill", "wb") as f:  # the scratch has room again
+    f.write(b"x" * (64 << 20))
+os.unlink("fill")
+print(json.dumps({
+    "tmp": listing("/tmp"), "shm": listing("/dev/shm"), "mqueue": listing("/dev/mqueue"),
+    "sysv": [sysv(k) for k in ("shm", "msg", "sem")], "mq_open": mq,
+    "processes": sorted(int(p) for p in os.listdir("/proc")
+                        if p.isdigit() and int(p) not in (1, os.getpid())),
+}))
+"""
+
+
+async def assert_next_run_clean(sb: Sandbox) -> None:
+    """The next run on the slot finds no file, IPC object or process of the previous one."""
+    result = await sb.run(py(CLEAN_PROBE), [TestCase("")], Limits(time_s=5))
+    assert result.verdict is Verdict.OK, result
+    report = json.loads(result.tests[0].stdout)
+    assert report == {
+        "tmp": [],
+        "shm": [],
+        "mqueue": [],
+        "sysv": [[], [], []],
+        "mq_open": -1,
+        "processes": [],
+    }, report
+
+
+# 1. state between runs ---------------------------------------------------------------------------
+LOCKED_DIRS = r"""
+import os
+for top in ("/tmp", "/dev/shm", os.getcwd()):
+    for mode in (0o555, 0o000, 0o111):
+        d = os.path.join(top, f"locked-{mode:o}")
+        os.makedirs(os.path.join(d, "sub"))
+        open(os.path.join(d, "sub", "secret"), "w").write("SECRET")
+        open(os.path.join(d, "secret"), "w").write("SECRET")
+        os.chmod(os.path.join(d, "sub"), mode)
+        os.chmod(d, mode)
+    os.symlink("/etc/passwd", os.path.join(top, "link"))
+os.mkdir("/tmp/deep")  # deeper than PATH_MAX: no path names its bottom
+os.chdir("/tmp/deep")
+for _ in range(40):
+    os.mkdir("d" * 200)
+    os.chdir("d" * 200)
+open("secret", "w").write("SECRET")
+os.chmod(".", 0o500)
+print("left")
+"""
+
+
+async def test_files_in_locked_dirs_do_not_survive(slot: Sandbox) -> None:
+    result = await slot.run(py(LOCKED_DIRS), [TestCase("")], Limits(time_s=5))
+    assert result.verdict is Verdict.OK, result
+    await assert_next_run_clean(slot)
+
+
+FILL_SCRATCH = r"""
+import os
+for top in ("/tmp", "/dev/shm"):
+    d = os.path.join(top, "full")
+    os.mkdir(d)
+    try:
+        with open(os.path.join(d, "blob"), "wb") as f:
+            while True:
+                f.write(b"x" * (1 << 20))
+    except OSError as e:
+        print(top, "filled", e.errno)
+    os.chmod(d, 0o555)
+"""
+HELLO_CPP = '#include <cstdio>\nint main(){ std::puts("hello"); }\n'
+
+
+async def test_full_scratch_does_not_break_the_next_compile(slot: Sandbox) -> None:
+    result = await slot.run(py(FILL_SCRATCH), [TestCase("")], Limits(time_s=10, wall_time_s=60))
+    assert result.verdict is Verdict.OK, result
+    assert result.tests[0].stdout.count("filled") == 2, result.tests[0].stdout
+    after = await slot.run(Program("cpp", HELLO_CPP), [TestCase("", "hello")])
+    assert after.verdict is Verdict.OK, after  # not CE "No space left on device"
+    await assert_next_run_clean(slot)
+
+
+IPC_LEAK = r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT = 0o1000
+made = {
+    "shm": libc.shmget(0x6A5, 1 << 20, IPC_CREAT | 0o666),
+    "msg": libc.msgget(0x6A6, IPC_CREAT | 0o666),
+    "sem": libc.semget(0x6A7, 4, IPC_CREAT | 0o666),
+}
+libc.mq_open.restype = ctypes.c_int
+made["mq"] = libc.mq_open(b"/gspo-leak", os.O_CREAT | os.O_RDWR, 0o666, None)
+with open("/dev/shm/gspo-leak", "w") as f:
+    f.write("x")
+print(json.dumps(made))
+"""
+
+
+async def test_ipc_objects_do_not_survive(slot: Sandbox) -> None:
+    result = await slot.run(py(IPC_LEAK), [TestCase("")])
+    assert result.verdict is Verdict.OK, result
+    made = json.loads(result.tests[0].stdout)
+    assert all(v >= 0 for v in made.values()), made  # each kind was really created
+    await assert_next_run_clean(slot)
+
+
+DAEMONS = r"""
+import os, subprocess, time
+for _ in range(3):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            subprocess.Popen(["sleep", "1000"], start_new_session=True)
+            time.sleep(1000)
+        os._exit(0)
+print("spawned")
+"""
+
+
+async def test_background_processes_do_not_survive(slot: Sandbox) -> None:
+    result = await slot.run(py(DAEMONS), [TestCase("")])
+    assert result.verdict is Verdict.OK, result
+    await assert_next_run_clean(slot)
+
+
+# 2. whole-tree limits ----------------------------------------------------------------------------
+CHILDREN_MEMORY = r"""
+import os, time
+kids = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(100 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        time.sleep(5)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("done")
+"""
+
+
+async def test_memory_of_all_children_counts(slot: Sandbox) -> None:
+    limits = Limits(memory_mb=256, time_s=5, wall_time_s=30)
+    result = await slot.run(py(CHILDREN_MEMORY), [TestCase("")], limits)
+    assert result.verdict is Verdict.MLE, result
+    assert result.tests[0].memory_mb >= 200, result  # the tree's peak, not one process's
+    await assert_next_run_clean(slot)
+
+
+UNWAITED_CPU = r"""
+import os, time
+for _ in range(2):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                pass
+        os._exit(0)
+time.sleep(30)
+"""
+
+
+async def test_cpu_of_children_never_waited_for_counts(slot: Sandbox) -> None:
+    limits = Limits(time_s=1, wall_time_s=40)  # the tree must hit 1 s CPU long before 40 s wall
+    result = await slot.run(py(UNWAITED_CPU), [TestCase("")], limits)
+    assert result.verdict is Verdict.TLE, result
+    assert "CPU" in result.tests[0].message, result
+    assert result.tests[0].time_s >= 1.0, result
+    await assert_next_run_clean(slot)
+
+
+PROCESS_COUNT = r"""
+import os, time
+started = 0
+for _ in range(40):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    started += 1
+print(started)
+"""
+
+
+async def test_process_count_covers_the_tree(slot: Sandbox) -> None:
+    result = await slot.run(py(PROCESS_COUNT), [TestCase("")], Limits(processes=10, time_s=5))
+    assert result.verdict is Verdict.OK, result
+    assert int(result.tests[0].stdout) < 10, result.tests[0].stdout
+    await assert_next_run_clean(slot)
+
+
+# 3. threads and reserved memory ------------------------------------------------------------------
+PY_THREADS = r"""
+import threading
+barrier = threading.Barrier(65)
+threads = [threading.Thread(target=barrier.wait) for _ in range(64)]
+for t in threads:
+    t.start()
+barrier.wait()
+for t in threads:
+    t.join()
+print(len(threads))
+"""
+CPP_THREADS = r"""
+#include <atomic>
+#include <cstdio>
+#include <thread>
+#include <vector>
+int main() {
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 64; ++i)
+        threads.emplace_back([&] { ready++; while (ready.load() < 64) std::this_thread::yield(); });
+    for (auto& t : threads) t.join();
+    std::printf("%d\n", ready.load());
+}
+"""
+
+
+async def test_64_threads_work_under_default_limits(slot: Sandbox) -> None:
+    result = await slot.run(py(PY_THREADS), [TestCase("", "64")])
+    assert result.verdict is Verdict.OK, result
+    result = await slot.run(Program("cpp", CPP_THREADS), [TestCase("", "64")], Limits(time_s=5))
+    assert result.verdict is Verdict.OK, result
+    await assert_next_run_clean(slot)
+
+
+RESERVE_CPP = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+int main() {
+    char* big = static_cast<char*>(std::malloc(size_t(2) << 30));  // reserved, never touched
+    char* used = static_cast<char*>(std::malloc(32 << 20));
+    std::memset(used, 1, 32 << 20);
+    std::printf("%d\n", big != nullptr && used[12345] == 1);
+}
+"""
+RESERVE_PY = "import mmap\nm = mmap.mmap(-1, 1 << 30)\nm[0] = 1\nprint(len(m) >> 30)\n"
+
+
+async def test_memory_limit_is_resident_not_reserved(slot: Sandbox) -> None:
+    limits = Limits(memory_mb=128, time_s=5)
+    result = await slot.run(Program("cpp", RESERVE_CPP), [TestCase("", "1")], limits)
+    assert result.verdict is Verdict.OK, result
+    result = await slot.run(py(RESERVE_PY), [TestCase("", "1")], limits)
+    assert result.verdict is Verdict.OK, result
+    await assert_next_run_clean(slot)
+
+
+# 4. syscall filter, tmpfs caps, loopback, identity -----------------------------------------------
+SYSCALLS = r"""
+import ctypes, errno, json, platform
+libc = ctypes.CDLL(None, use_errno=True)
+x86 = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250,
+       "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+       "userfaultfd": 323, "mount": 165, "umount2": 166, "unshare": 272, "setns": 308,
+       "ptrace": 101, "process_vm_readv": 310, "pivot_root": 155, "fsopen": 430}
+arm = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 219,
+       "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+       "userfaultfd": 282, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
+       "ptrace": 117, "process_vm_readv": 270, "pivot_root": 41, "fsopen": 430}
+table = x86 if platform.machine() == "x86_64" else arm
+out = {}
+for name, nr in table.items():
+    # harmless arguments: each call would fail anyway, we only look at how it is refused
+    args = {"unshare": (0x10000000,), "ptrace": (16, 1), "keyctl": (0, -3)}.get(name, (0, 0))
+    rc = libc.syscall(nr, *args)
+    out[name] = errno.errorcode.get(ctypes.get_errno(), "?") if rc == -1 else f"returned {rc}"
+CLONE_NEWUSER = 0x10000000
+clone = 56 if platform.machine() == "x86_64" else 220
+rc = libc.syscall(clone, CLONE_NEWUSER | 17, 0, 0, 0, 0)  # 17 = SIGCHLD
+if rc == 0:
+    libc._exit(0)
+out["clone(CLONE_NEWUSER)"] = errno.errorcode.get(ctypes.get_errno(), "?") if rc == -1 else "ok"
+print(json.dumps(out))
+"""
+
+
+async def test_dangerous_syscalls_are_denied(slot: Sandbox) -> None:
+    result = await slot.run(py(SYSCALLS), [TestCase("")])
+    assert result.verdict is Verdict.OK, result
+    report = json.loads(result.tests[0].stdout)
+    for name, outcome in report.items():
+        expected = ("ENOSYS",) if name.startswith("io_uring") else ("EPERM",)
+        assert outcome in expected, (name, outcome, report)
+    await assert_next_run_clean(slot)
+
+
+TMPFS_CAPS = r"""
+import json
+sizes = {}
+for path in ("/tmp/big", "/dev/shm/big"):
+    written = 0
+    try:
+        with open(path, "wb") as f:
+            for _ in range(1024):
+                f.write(b"x" * (1 << 20))
+                written += 1
+    except OSError:
+        pass
+    sizes[path] = written
+print(json.dumps(sizes))
+"""
+
+
+async def test_every_writable_tmpfs_is_capped(slot: Sandbox) -> None:
+    result = await slot.run(py(TMPFS_CAPS), [TestCase("")], Limits(time_s=10, wall_time_s=60))
+    assert result.verdict is Verdict.OK, result
+    sizes = json.loads(result.tests[0].stdout)
+    assert all(mb <= 300 for mb in sizes.values()), sizes  # 256 MB caps, not half the RAM
+    await assert_next_run_clean(slot)
+
+
+LOOPBACK = r"""
+import json, socket, threading
+server = socket.socket()
+server.bind(("localhost", 0))
+server.listen()
+def echo():
+    conn, _ = server.accept()
+    conn.sendall(conn.recv(100).upper())
+    conn.close()
+threading.Thread(target=echo).start()
+client = socket.create_connection(("localhost", server.getsockname()[1]), timeout=5)
+client.sendall(b"ping")
+reply = client.recv(100).decode()
+routes = open("/proc/net/route").read().splitlines()[1:]
+ifaces = sorted(line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:])
+print(json.dumps({"reply": reply, "routes": routes, "interfaces": ifaces,
+                  "localhost": socket.gethostbyname("localhost")}))
+"""
+
+
+async def test_loopback_up_localhost_resolves_no_route_out(slot: Sandbox) -> None:
+    result = await slot.run(py(LOOPBACK), [TestCase("")], Limits(time_s=5))
+    assert result.verdict is Verdict.OK, result
+    report = json.loads(result.tests[0].stdout)
+    assert report == {
+        "reply": "PING",
+        "routes": [],  # IPv4 routes other than loopback's: none
+        "interfaces": ["lo"],
+        "localhost": "127.0.0.1",
+    }, report
+    await assert_next_run_clean(slot)
+
+
+IDENTITY = r"""
+import json
+def read(p):
+    try:
+        return open(p).read()
+    except OSError:
+        return ""
+print(json.dumps({p: read(p) for p in ("/etc/hostname", "/etc/resolv.conf", "/etc/hosts")}))
+"""
+
+
+async def test_no_build_host_identity(slot: Sandbox) -> None:
+    result = await slot.run(py(IDENTITY), [TestCase("")])
+    assert result.verdict is Verdict.OK, result
+    files = json.loads(result.tests[0].stdout)
+    assert files["/etc/hostname"].strip() == "sandbox", files
+    host_names = {socket.gethostname(), Path("/etc/hostname").read_text().strip()} - {""}
+    resolv = Path("/etc/resolv.conf").read_text() if Path("/etc/resolv.conf").exists() else ""
+    host_servers = {
+        line.split()[1] for line in resolv.splitlines() if line.startswith("nameserver")
+    }
+    for text in files.values():
+        words = set(text.split())
+        assert not words & (host_names | (host_servers - {"127.0.0.1"})), files
+    await assert_next_run_clean(slot)
+
+
+# the sandbox dies with the host process -----------------------------------------------------------
+HOST_SCRIPT = r"""
+import asyncio, json, sys
+from sandbox import Limits, Program, Sandbox, TestCase
+async def main():
+    sb = Sandbox.create(sys.argv[1], max_concurrency=1)
+    print(json.dumps(sb._backend.uids), flush=True)
+    await sb.run(Program("python", "import time\ntime.sleep(1000)"), [TestCase("")],
+                 Limits(time_s=1, wall_time_s=600))
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("backend_name", ["bubblewrap", "namespaces"])
+async def test_sandbox_dies_with_its_host_process(backend_name: str) -> None:
+    make_sandbox(backend_name)  # skip (fail under CI) where the backend cannot run
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_SCRIPT, backend_name], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert host.stdout is not None
+        uids = set(json.loads(host.stdout.readline()))
+        deadline = time.monotonic() + 60
+        while not processes_of_uids(uids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_of_uids(uids), "the sandboxed program never started"
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        deadline = time.monotonic() + 10
+        while processes_of_uids(uids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert processes_of_uids(uids) == []
+    finally:
+        host.kill()
+        host.wait()
+
+
+# the documented fallback without cgroups ----------------------------------------------------------
+async def test_fallback_without_cgroups_still_limits_the_tree(backend_name: str) -> None:
+    async with make_sandbox(backend_name, concurrency=1, cgroups=False) as sb:
+        assert sb._backend.hierarchy is None
+        memory = Limits(memory_mb=256, time_s=5, wall_time_s=30)
+        result = await sb.run(py(CHILDREN_MEMORY), [TestCase("")], memory)
+        assert result.verdict is Verdict.MLE, result
+        result = await sb.run(py(UNWAITED_CPU), [TestCase("")], Limits(time_s=1, wall_time_s=40))
+        assert result.verdict is Verdict.TLE and result.tests[0].time_s >= 1.0, result
+        result = await sb.run(py(PY_THREADS), [TestCase("", "64")])
+        assert result.verdict is Verdict.OK, result
+        await assert_next_run_clean(sb)

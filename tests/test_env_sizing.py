@@ -1,0 +1,67 @@
+"""Env classes declare their own sizing and sandbox needs; the trainer reads them from the class.
+
+A real Gymnasium registration of a custom env, composed through the real config.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from hydra import compose, initialize_config_dir
+
+from envs.arithmetic import ArithmeticEnv
+from gspo_agents.config import CONFIG_DIR, ConfigError, register_schemas
+from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, needs_sandbox
+
+
+class SizedEnv(ArithmeticEnv):
+    default_sizing = {"rollout.max_new_tokens_per_turn": 64, "trainer.steps": 7}
+
+
+class CodeRunningEnv(ArithmeticEnv):
+    needs_sandbox = True
+
+
+class BadlySizedEnv(ArithmeticEnv):
+    default_sizing = {"max_new_tokens": 64}
+
+
+def setup_module():
+    for env_id, cls in (
+        ("sizing/Sized-v0", SizedEnv),
+        ("sizing/CodeRunning-v0", CodeRunningEnv),
+        ("sizing/Bad-v0", BadlySizedEnv),
+    ):
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=cls)
+
+
+def config(*overrides: str):
+    register_schemas()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_declared_sizing_applies_unless_given_explicitly():
+    overrides = ["env.name=sizing/Sized-v0", "trainer.steps=3"]
+    cfg = apply_env_sizing(config(*overrides), explicit_keys(overrides))
+    assert cfg.rollout.max_new_tokens_per_turn == 64  # declared by the class
+    assert cfg.trainer.steps == 3  # given on the command line: wins
+    assert cfg.rollout.max_context_tokens == 128  # not declared: the env group's
+
+
+def test_an_env_that_declares_nothing_is_told_what_it_inherits(capsys):
+    cfg = config("env.name=sizing/CodeRunning-v0")
+    assert apply_env_sizing(cfg, set()) is cfg
+    assert "CodeRunningEnv declares no default_sizing" in capsys.readouterr().err
+
+
+def test_unknown_sizing_keys_are_named():
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        apply_env_sizing(config("env.name=sizing/Bad-v0"), set())
+
+
+def test_the_sandbox_follows_the_class_not_the_name():
+    assert needs_sandbox("sizing/CodeRunning-v0")
+    assert not needs_sandbox("sizing/Sized-v0")
+    assert needs_sandbox("codeforces") and not needs_sandbox("arithmetic")
