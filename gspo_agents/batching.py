@@ -71,7 +71,9 @@ def prepare_batch(
     penalty = [overlong_penalty if o else 0.0 for o in overlong]
     rewards = [float(t.reward) - p for t, p in zip(finished, penalty)]  # type: ignore[arg-type]
     group_ids = [t.group_id for t in finished]
-    metrics["reward_mean"] = sum(rewards) / len(rewards)
+    # the env's reward, before any overlong penalty
+    env_rewards = [float(t.reward) for t in finished]  # type: ignore[arg-type]
+    metrics["reward_mean"] = sum(env_rewards) / len(env_rewards)
     advantages: list[float] | list[list[float]]
     if per_turn:
         # GSPO-token: returns-to-go of the turn rewards, normalised within the group
@@ -113,17 +115,27 @@ def _penalised(turn_rewards: list[float], penalty: float) -> list[float]:
 
 
 def has_signal(
-    group: list[Trajectory], *, per_turn: bool = False, turn_discount: float = 1.0
+    group: list[Trajectory],
+    *,
+    per_turn: bool = False,
+    turn_discount: float = 1.0,
+    overlong_penalty: float = 0.0,
 ) -> bool:
     """Whether a group's trainable trajectories carry any advantage (dynamic sampling keeps it)."""
     done = [t for t in group if t.trainable]
     if not done:
         return False
     ids = ["g"] * len(done)
+    penalty = [overlong_penalty if is_overlong(t) else 0.0 for t in done]
     if per_turn:
-        turns = turn_advantages([segment_turn_rewards(t) for t in done], ids, gamma=turn_discount)
+        turns = turn_advantages(
+            [_penalised(segment_turn_rewards(t), p) for t, p in zip(done, penalty)],
+            ids,
+            gamma=turn_discount,
+        )
         return turns.num_zero_spread_groups == 0
-    return group_advantages([float(t.reward) for t in done], ids).num_zero_spread_groups == 0  # type: ignore[arg-type]
+    rewards = [float(t.reward) - p for t, p in zip(done, penalty)]  # type: ignore[arg-type]
+    return group_advantages(rewards, ids).num_zero_spread_groups == 0
 
 
 def segment_turn_rewards(traj: Trajectory) -> list[float]:

@@ -246,7 +246,12 @@ async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: d
     per_turn = a.name == "gspo_token"
 
     def signal(g) -> bool:
-        return has_signal(g, per_turn=per_turn, turn_discount=a.turn_discount)
+        return has_signal(
+            g,
+            per_turn=per_turn,
+            turn_discount=a.turn_discount,
+            overlong_penalty=a.overlong_penalty,
+        )
 
     kept = [g for g in groups if signal(g)]
     metrics["zero_spread_frac_before_refill"] = 1.0 - len(kept) / max(len(groups), 1)

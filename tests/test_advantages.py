@@ -154,6 +154,7 @@ def test_overlong_penalty_and_filter():
     plain = prepare_batch(groups, pad_id=0)
     assert plain.metrics["overlong_frac"] == pytest.approx(1 / 3)
     penalised = prepare_batch(groups, pad_id=0, overlong_penalty=1.0)
+    assert penalised.metrics["reward_mean"] == pytest.approx(2 / 3)  # the env's, unpenalised
     adv = penalised.batch.advantages_BT[:, 2].tolist()  # rewards 0, 1, 0
     assert adv[1] > 0 and adv[0] == pytest.approx(adv[2])
     filtered = prepare_batch(groups, pad_id=0, overlong_filter=True)
@@ -167,3 +168,6 @@ def test_has_signal_for_dynamic_sampling():
     same_total = [multi_turn("a", [1.0, 0.0]), multi_turn("a", [0.0, 1.0])]
     assert not has_signal(same_total)
     assert has_signal(same_total, per_turn=True)  # per turn, the credit differs
+    cut = multi_turn("a", [1.0])
+    cut.info["last_finish"] = "length"
+    assert has_signal([cut, multi_turn("a", [1.0])], overlong_penalty=0.5)
