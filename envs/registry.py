@@ -30,6 +30,7 @@ ENTRY_POINT_GROUP = "gspo_agents.envs"
 # id -> lazy entry point; the classes are imported only when an env is made.
 BUILTIN_ENVS: dict[str, str] = {
     "gspo/Arithmetic-v0": "envs.arithmetic:ArithmeticEnv",
+    "gspo/ArithmeticChain-v0": "envs.arithmetic_chain:ArithmeticChainEnv",
     "gspo/Math-v0": "envs.math.env:MathEnv",
     "gspo/MathTool-v0": "envs.mathtool:MathToolEnv",
     "gspo/MathTool-v1": "envs.mathtool_v1:MathToolV1Env",
@@ -39,6 +40,7 @@ BUILTIN_ENVS: dict[str, str] = {
 # Command-line names (`env=math`) -> ids.
 SHORT_NAMES: dict[str, str] = {
     "arithmetic": "gspo/Arithmetic-v0",
+    "arithmetic_chain": "gspo/ArithmeticChain-v0",
     "math": "gspo/Math-v0",
     "mathtool": "gspo/MathTool-v0",
     "mathtool-v1": "gspo/MathTool-v1",

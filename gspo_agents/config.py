@@ -48,6 +48,7 @@ class EngineConfig:
     kind: str = "local"  # local | sglang
     urls: list[str] = field(default_factory=list)  # sglang: worker URLs or one router URL
     max_batch_size: int = 64  # local engine
+    dtype: str = "float32"  # local engine: float32 | bfloat16 (a bf16 engine vs an fp32 trainer)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
 
@@ -65,6 +66,17 @@ class AlgorithmConfig:
     eps_low: float | None = None  # None: the algorithm's default (GSPO 3e-4, GRPO 0.2)
     eps_high: float | None = None  # None: the algorithm's default (GSPO 4e-4, GRPO 0.27)
     filter_zero_spread_groups: bool = True
+    # GSPO-token's per-turn credit: discount of the returns-to-go over turn rewards
+    turn_discount: float = 1.0
+    normalize_std: bool = True  # advantages divided by the group's reward std (false: Dr. GRPO)
+    loss_agg: str = "seq-mean-token-mean"  # | token-mean | seq-mean-token-sum
+    old_logprobs: str = "engine"  # clip anchor: engine | recompute | decoupled (offpolicy.py)
+    seq_is_cap: float | None = None  # truncated IS cap on pi_trainer / pi_engine per sequence
+    seq_mask_bound: float | None = None  # drop sequences with |seq log-ratio| above this
+    routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer
+    dynamic_sampling_rounds: int = 0  # extra rollout rounds to replace zero-spread groups
+    overlong_filter: bool = False  # drop trajectories cut by a length budget from the loss
+    overlong_penalty: float = 0.0  # subtracted from the reward of a length-cut trajectory
 
 
 def hydra_schema(record: type, **defaults: Any) -> type:
@@ -164,6 +176,8 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("engine", "kind"): ("local", "sglang"),
     ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
+    ("algorithm", "loss_agg"): ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum"),
+    ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),
     ("logger", "wandb_mode"): ("offline", "online", "disabled"),
 }
 
@@ -186,6 +200,8 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "warmup_steps"),
     ("trainer", "max_failed_steps"),
     ("logger", "console_every_steps"),
+    ("algorithm", "dynamic_sampling_rounds"),
+    ("algorithm", "overlong_penalty"),
 )
 
 
@@ -215,6 +231,22 @@ def check_choices(cfg: Any) -> None:
             f"rollout.num_samples_per_task={cfg.rollout.num_samples_per_task}: GSPO's advantages "
             "compare samples of one task, and a group of 1 has no spread, so nothing would be "
             "trained; use 2 or more (e.g. 8)"
+        )
+    if not 0.0 <= cfg.algorithm.turn_discount <= 1.0:
+        raise ConfigError(
+            f"algorithm.turn_discount must be in [0, 1], got {cfg.algorithm.turn_discount}"
+        )
+    from gspo_agents.offpolicy import OffPolicyConfig
+
+    a = cfg.algorithm
+    try:
+        OffPolicyConfig(a.old_logprobs, a.seq_is_cap, a.seq_mask_bound)
+    except ValueError as exc:
+        raise ConfigError(f"algorithm: {exc}") from None
+    if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
+        raise ConfigError(
+            "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "
+            "rollouts; it cannot be combined with trainer.async_rollouts=true"
         )
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError(

@@ -13,11 +13,14 @@ in `gspo_agents.trajectory.FlatBatch` (`logprobs_BT[b, t]` is the log-prob of to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from gspo_agents.advantages import GroupAdvantages, group_advantages
 
 __all__ = [
     "Algorithm",
@@ -26,6 +29,8 @@ __all__ = [
     "OBJECTIVES",
     "GroupAdvantages",
     "group_advantages",
+    "LossAgg",
+    "LOSS_AGGS",
     "policy_loss",
     "gspo_loss",
     "gspo_token_loss",
@@ -34,6 +39,11 @@ __all__ = [
 
 Algorithm = Literal["gspo", "gspo_token", "grpo"]
 Metrics = dict[str, torch.Tensor]
+# How per-token terms become one number: mean over each sequence's tokens then over sequences (the
+# paper's), one mean over all tokens of the global minibatch, or per-sequence sums averaged over
+# sequences. A sequence-level term (GSPO) counts as that value on each of its tokens.
+LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"]
+LOSS_AGGS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
 
 
 # --------------------------------------------------------------------------------------------
@@ -48,6 +58,11 @@ class _Inputs:
     advantages_BT: torch.Tensor
     mask_BT: torch.Tensor  # bool
     num_sequences: int
+    # detached importance weights on each token's term (1: none); constant within a sequence for
+    # sequence-level corrections, 0 on masked-out sequences
+    weights_BT: torch.Tensor | None = None
+    loss_agg: str = "seq-mean-token-mean"
+    num_tokens: int = 0  # model tokens of the GLOBAL minibatch (token-mean's denominator)
 
     @property
     def tokens_B(self) -> torch.Tensor:
@@ -67,6 +82,36 @@ def _masked(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
 def _seq_mean(x_BT: torch.Tensor, inp: _Inputs) -> torch.Tensor:
     """Per-sequence mean over model tokens; 0 for a sequence without model tokens."""
     return _masked(x_BT, inp.mask_BT).sum(dim=1) / inp.tokens_B.clamp(min=1)
+
+
+def _weighted(x_BT: torch.Tensor, inp: _Inputs) -> torch.Tensor:
+    return x_BT if inp.weights_BT is None else x_BT * inp.weights_BT
+
+
+def _aggregate_tokens(x_BT: torch.Tensor, inp: _Inputs) -> torch.Tensor:
+    """The scalar a per-token term aggregates to under `inp.loss_agg` (sum over this call's rows
+    divided by a GLOBAL count, so shares of a minibatch add up)."""
+    x_BT = _weighted(x_BT, inp)
+    if inp.loss_agg == "seq-mean-token-mean":
+        return _seq_mean(x_BT, inp).sum() / inp.num_sequences
+    total = _masked(x_BT, inp.mask_BT).sum()
+    if inp.loss_agg == "token-mean":
+        return total / max(inp.num_tokens, 1)
+    return total / inp.num_sequences  # seq-mean-token-sum
+
+
+def _aggregate_sequences(x_B: torch.Tensor, inp: _Inputs) -> torch.Tensor:
+    """The same aggregation for a per-sequence term (its value on each of the sequence's tokens)."""
+    valid_B = inp.has_tokens_B
+    if inp.weights_BT is not None:
+        x_B = x_B * _seq_mean(inp.weights_BT, inp)
+    x_B = _masked(x_B, valid_B)
+    if inp.loss_agg == "seq-mean-token-mean":
+        return x_B.sum() / inp.num_sequences
+    x_B = x_B * inp.tokens_B
+    if inp.loss_agg == "token-mean":
+        return x_B.sum() / max(inp.num_tokens, 1)
+    return x_B.sum() / inp.num_sequences  # seq-mean-token-sum
 
 
 def _clipped_surrogate(
@@ -130,7 +175,7 @@ def gspo_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torch.Tens
     adv_B = _sequence_advantages_B(inp)
     surrogate_B, clipped_B = _clipped_surrogate(s_B, adv_B, eps_low, eps_high)
     valid_B = inp.has_tokens_B
-    loss = -_masked(surrogate_B, valid_B).sum() / inp.num_sequences
+    loss = -_aggregate_sequences(surrogate_B, inp)
     clipped_B = clipped_B & valid_B
     metrics = {
         "clip_frac_tokens": (clipped_B * inp.tokens_B).sum() / inp.tokens_B.sum().clamp(min=1),
@@ -148,7 +193,7 @@ def gspo_token_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torc
     s_BT = torch.exp(_masked(log_s_BT, inp.mask_BT))
     surrogate_BT, clipped_BT = _clipped_surrogate(s_BT, inp.advantages_BT, eps_low, eps_high)
     valid_B = inp.has_tokens_B
-    loss = -_seq_mean(surrogate_BT, inp).sum() / inp.num_sequences
+    loss = -_aggregate_tokens(surrogate_BT, inp)
     clipped_BT = clipped_BT & inp.mask_BT
     metrics = {
         "clip_frac_tokens": clipped_BT.sum() / inp.mask_BT.sum().clamp(min=1),
@@ -162,7 +207,7 @@ def grpo_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torch.Tens
     """GRPO baseline: per-token ratios and clipping; per-sequence token mean, then / N."""
     ratio_BT = torch.exp(_log_ratio_BT(inp))
     surrogate_BT, clipped_BT = _clipped_surrogate(ratio_BT, inp.advantages_BT, eps_low, eps_high)
-    loss = -_seq_mean(surrogate_BT, inp).sum() / inp.num_sequences
+    loss = -_aggregate_tokens(surrogate_BT, inp)
     clipped_BT = clipped_BT & inp.mask_BT
     metrics = {
         "clip_frac_tokens": clipped_BT.sum() / inp.mask_BT.sum().clamp(min=1),
@@ -215,6 +260,9 @@ def policy_loss(
     eps_low: float | None = None,
     eps_high: float | None = None,
     num_sequences: int | None = None,
+    weights: torch.Tensor | None = None,
+    loss_agg: str = "seq-mean-token-mean",
+    num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, Metrics]:
     """The policy loss of `algorithm` and its (detached) metrics.
 
@@ -224,9 +272,30 @@ def policy_loss(
     of the GLOBAL minibatch (defaults to B): the loss is a sum over this call's sequences divided by
     it. Metrics are means over this call's sequences/tokens; `num_tokens` and `num_seqs` give the
     weights for combining them across calls.
+
+    `weights` [B] or [B, T] (detached): importance weights multiplying each sequence's (token's)
+    term, e.g. a truncated behaviour correction (`gspo_agents.offpolicy`); 0 drops a sequence.
+    `loss_agg` picks the aggregation (`LOSS_AGGS`); for "token-mean", `num_tokens` is the model-
+    token count of the GLOBAL minibatch (defaults to this call's).
     """
     objective = get_objective(algorithm)
     inp = _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences)
+    if loss_agg not in LOSS_AGGS:
+        raise ValueError(
+            f"loss_agg={loss_agg!r} is not valid; choose one of {', '.join(LOSS_AGGS)}"
+        )
+    w_BT = None
+    if weights is not None:
+        w_BT = weights.detach().float()
+        w_BT = w_BT[:, None].expand_as(inp.logprobs_BT) if w_BT.dim() == 1 else w_BT
+        if w_BT.shape != inp.logprobs_BT.shape:
+            raise ValueError(
+                f"weights must be [B] or [B, T]={tuple(inp.logprobs_BT.shape)}, "
+                f"got {tuple(weights.shape)}"
+            )
+        w_BT = _masked(w_BT.to(inp.logprobs_BT.device), inp.mask_BT)
+    n_tok = int(inp.mask_BT.sum()) if num_tokens is None else int(num_tokens)
+    inp = dataclasses.replace(inp, weights_BT=w_BT, loss_agg=loss_agg, num_tokens=n_tok)
     lo = objective.eps_low if eps_low is None else float(eps_low)
     hi = objective.eps_high if eps_high is None else float(eps_high)
     if lo < 0 or hi < 0 or lo >= 1:
@@ -265,53 +334,3 @@ def _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences) -> _
         mask_BT=loss_mask.bool(),
         num_sequences=n,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# advantages
-# --------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class GroupAdvantages:
-    # (r - group mean) / (group std + eps); exactly 0 in zero-spread groups
-    advantages_B: torch.Tensor
-    zero_spread_B: torch.Tensor  # bool: the sequence's group has no reward spread (no signal)
-    num_groups: int
-    num_zero_spread_groups: int
-
-    @property
-    def zero_spread_frac(self) -> float:
-        return self.num_zero_spread_groups / max(self.num_groups, 1)
-
-
-def group_advantages(
-    rewards_B: torch.Tensor | Sequence[float],
-    group_ids_B: torch.Tensor | Sequence[Hashable],
-    eps: float = 1e-6,
-) -> GroupAdvantages:
-    """Group-normalised advantages A_i = (r_i - mean_g r) / (std_g r + eps).
-
-    std is the population std of the group (a group of one has zero spread). Groups whose rewards
-    are all equal carry no learning signal: their advantages are exactly 0 and they are counted;
-    whether to drop them is the caller's decision (`zero_spread_B`).
-    """
-    rewards = torch.as_tensor(rewards_B, dtype=torch.float32)
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D [B], got shape {tuple(rewards.shape)}")
-    if isinstance(group_ids_B, torch.Tensor):
-        group_ids_B = group_ids_B.tolist()
-    if len(group_ids_B) != rewards.shape[0]:
-        raise ValueError(f"{rewards.shape[0]} rewards but {len(group_ids_B)} group ids")
-    if not bool(torch.isfinite(rewards).all()):
-        raise ValueError("rewards must be finite (an infrastructure failure is not a reward)")
-    index: dict[Hashable, int] = {}
-    gid_B = torch.tensor([index.setdefault(g, len(index)) for g in group_ids_B], dtype=torch.long)
-    G = len(index)
-    count_G = torch.zeros(G).index_add_(0, gid_B, torch.ones_like(rewards))
-    mean_G = torch.zeros(G).index_add_(0, gid_B, rewards) / count_G.clamp(min=1)
-    centred_B = rewards - mean_G[gid_B]
-    var_G = torch.zeros(G).index_add_(0, gid_B, centred_B**2) / count_G.clamp(min=1)
-    std_G = var_G.sqrt()
-    # "zero spread" relative to the reward scale, so float noise in the mean does not count as signal
-    zero_G = std_G <= 1e-8 * (1.0 + mean_G.abs())
-    adv_B = torch.where(zero_G[gid_B], torch.zeros_like(rewards), centred_B / (std_G[gid_B] + eps))
-    return GroupAdvantages(adv_B, zero_G[gid_B], G, int(zero_G.sum()))

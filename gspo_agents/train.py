@@ -22,7 +22,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents import rundir
-from gspo_agents.batching import prepare_batch, tasks_for_step
+from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, needs_sandbox
 from gspo_agents.interrupt import StepAbandoned, StopSignals
@@ -69,7 +69,9 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
     if cfg.engine.kind == "local":
         from gspo_agents.rollout.local_engine import LocalEngine
 
-        return LocalEngine(model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed)
+        return LocalEngine(
+            model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed, dtype=cfg.engine.dtype
+        )
     from gspo_agents.rollout.sglang_engine import SGLangEngine
 
     return SGLangEngine(
@@ -113,6 +115,11 @@ def build_learner(cfg: DictConfig, model_dir: str):
         share_prompt_prefix=t.share_prompt_prefix,
         temperature=cfg.rollout.temperature,
         seed=t.seed,
+        loss_agg=a.loss_agg,
+        old_logprobs=a.old_logprobs,
+        seq_is_cap=a.seq_is_cap,
+        seq_mask_bound=a.seq_mask_bound,
+        routing_replay=a.routing_replay,
     )
     return Learner(model_dir, learner_cfg)
 
@@ -152,7 +159,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
         try:
             while step < t.steps and not signals.stop.is_set():
                 started = time.monotonic()
-                result = await signals.collecting(collect_step(manager, tasks, step, t))
+                result = await signals.collecting(collect_step(manager, tasks, step, t, cfg))
                 metrics = await train_step(cfg, learner, manager, result, run_dir, step)
                 report = ErrorReport.of_step(result.groups)
                 metrics["errors"] = report.total
@@ -181,10 +188,16 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     return step
 
 
-async def collect_step(manager, tasks, step: int, t):
-    """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now."""
+async def collect_step(manager, tasks, step: int, t, cfg=None):
+    """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now;
+    with `algorithm.dynamic_sampling_rounds` (sync mode only) zero-spread groups are refilled."""
     if not t.async_rollouts:
-        return await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
+        result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
+        if cfg is not None and cfg.algorithm.dynamic_sampling_rounds:
+            result.groups = await refill_groups(
+                cfg, manager, tasks, step, result.groups, result.metrics
+            )
+        return result
     result = await manager.next_batch()
     if step + 1 < t.steps:
         manager.start_prefetch(tasks_for_step(tasks, step + 1, t.tasks_per_step, t.seed))
@@ -194,11 +207,16 @@ async def collect_step(manager, tasks, step: int, t):
 async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) -> dict:
     """Advantages, the GSPO update and the engine's new weights for one step's rollouts."""
     metrics = dict(result.metrics)
+    a = cfg.algorithm
     prepared = prepare_batch(
         result.groups,
         pad_id=learner.pad_token_id,
-        filter_zero_spread=cfg.algorithm.filter_zero_spread_groups,
-        per_turn=cfg.algorithm.name == "gspo_token",
+        filter_zero_spread=a.filter_zero_spread_groups,
+        per_turn=a.name == "gspo_token",
+        turn_discount=a.turn_discount,
+        normalize_std=a.normalize_std,
+        overlong_filter=a.overlong_filter,
+        overlong_penalty=a.overlong_penalty,
     )
     metrics.update(prepared.metrics)
     if prepared.batch is not None:
@@ -218,6 +236,33 @@ def finish_run(learner, run_dir: Path, step: int) -> None:
     if not final.exists():  # the last step may have had no signal: export what we have
         learner.export_hf(str(final))
         _keep_latest(run_dir / "weights", final.name)
+
+
+async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
+    """Dynamic sampling (DAPO): replace groups without reward spread by groups of further tasks,
+    for at most `algorithm.dynamic_sampling_rounds` extra rollout rounds. The extra tasks are a
+    function of (step, round, seed), so a resumed run draws the same ones."""
+    t, a = cfg.trainer, cfg.algorithm
+    per_turn = a.name == "gspo_token"
+
+    def signal(g) -> bool:
+        return has_signal(
+            g,
+            per_turn=per_turn,
+            turn_discount=a.turn_discount,
+            overlong_penalty=a.overlong_penalty,
+        )
+
+    kept = [g for g in groups if signal(g)]
+    metrics["zero_spread_frac_before_refill"] = 1.0 - len(kept) / max(len(groups), 1)
+    rounds = 0
+    while len(kept) < t.tasks_per_step and rounds < a.dynamic_sampling_rounds:
+        rounds += 1
+        need = t.tasks_per_step - len(kept)
+        more = await manager.collect(tasks_for_step(tasks, step, need, t.seed + 7919 * rounds))
+        kept += [g for g in more.groups if signal(g)]
+    metrics["refill_rounds"] = float(rounds)
+    return kept[: t.tasks_per_step] if kept else groups
 
 
 def quiet_libraries() -> None:

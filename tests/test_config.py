@@ -32,9 +32,12 @@ def flat_keys(node, prefix=""):
 EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
-engine.kind engine.urls engine.max_batch_size engine.connect_timeout_s engine.request_timeout_s
+engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s
 sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
+algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
+algorithm.seq_is_cap algorithm.seq_mask_bound algorithm.routing_replay
+algorithm.dynamic_sampling_rounds algorithm.overlong_filter algorithm.overlong_penalty
 rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context_tokens
 rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
 rollout.max_staleness_steps rollout.trajectory_timeout_s rollout.seed
@@ -98,3 +101,17 @@ def test_cfg_job_prints_the_resolved_config():
     assert proc.returncode == 0, proc.stderr
     printed = OmegaConf.create(proc.stdout)
     assert printed.env.name == "math" and printed.algorithm.name == "gspo"
+
+
+def test_algorithm_options_are_checked_before_any_model_is_built():
+    with pytest.raises(ValueError, match="old_logprobs=recompute or decoupled"):
+        check_choices(compose_run("algorithm.seq_is_cap=2.0"))
+    with pytest.raises(ValueError, match="algorithm.loss_agg.*token-mean"):
+        check_choices(compose_run("algorithm.loss_agg=sum"))
+    with pytest.raises(ValueError, match="turn_discount"):
+        check_choices(compose_run("algorithm.turn_discount=1.5"))
+    with pytest.raises(ValueError, match="async_rollouts"):
+        check_choices(
+            compose_run("algorithm.dynamic_sampling_rounds=2", "trainer.async_rollouts=true")
+        )
+    check_choices(compose_run("algorithm.old_logprobs=decoupled", "algorithm.seq_is_cap=2.0"))

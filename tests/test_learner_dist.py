@@ -83,6 +83,34 @@ def test_sigkill_mid_training_then_resume_matches_uninterrupted(dense_dir, tmp_p
         assert torch.equal(w1[k], w2[k]), k
 
 
+def test_off_policy_options_under_fsdp2_train_like_one_process(dense_dir, tmp_path):
+    # decoupled anchor (recomputed on the sharded model, all-reduced), truncated IS weights and
+    # token-mean aggregation (a global token count) give the single-process step on 2 ranks
+    common = ["--model", dense_dir, "--steps", "2", "--micro-batch-tokens", "24"]
+    common += ["--old-logprobs", "decoupled", "--seq-is-cap", "1.01", "--loss-agg", "token-mean"]
+    _single_process(*common, "--out", str(tmp_path / "one"))
+    torchrun(SCRIPT, *common, "--out", str(tmp_path / "two"), nproc=2)
+    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "grad_norm", "is_ess", "engine_logratio_seq_mean", "is_truncated_frac"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert 0.0 < one[0]["is_truncated_frac"] < 1.0
+    w1, w2 = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
+
+
+@pytest.mark.slow
+def test_tiny_moe_routing_replay_under_fsdp2(tmp_path):
+    moe_dir = build_tiny_model(tmp_path / "moe", moe=True)
+    out = tmp_path / "run"
+    args = ["--model", moe_dir, "--steps", "2", "--lr", "1e-2", "--routing-replay"]
+    torchrun(SCRIPT, *args, "--out", str(out))
+    for m in _metrics(out):
+        assert 0.0 < m["expert_volatility"] <= 1.0
+        assert math.isfinite(m["loss"]) and m["skipped_steps"] == 0
+
+
 @pytest.mark.slow
 def test_tiny_moe_trains_under_fsdp2_and_logs_volatility(tmp_path):
     moe_dir = build_tiny_model(tmp_path / "moe", moe=True)

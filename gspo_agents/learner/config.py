@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gspo_agents.objectives import get_objective
+from gspo_agents.objectives import LOSS_AGGS, get_objective
+from gspo_agents.offpolicy import OffPolicyConfig
 
 MixedPrecision = Literal["auto", "fp32", "bf16"]
 
@@ -29,9 +30,25 @@ class LearnerConfig:
     )
     share_prompt_prefix: bool = False  # forward each group's common prompt once (single process)
     seed: int = 0
+    loss_agg: str = "seq-mean-token-mean"  # or token-mean, seq-mean-token-sum
+    # the clip anchor pi_old: engine (behaviour log-probs), recompute (the trainer's, before the
+    # update) or decoupled (trainer's anchor x behaviour importance weight); see offpolicy.py
+    old_logprobs: str = "engine"
+    seq_is_cap: float | None = None  # truncated importance sampling: cap on the weight
+    seq_mask_bound: float | None = None  # drop sequences with |log(pi_trainer/pi_engine)| > bound
+    routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer's forward
+
+    @property
+    def off_policy(self) -> OffPolicyConfig:
+        return OffPolicyConfig(self.old_logprobs, self.seq_is_cap, self.seq_mask_bound)
 
     def __post_init__(self) -> None:
         get_objective(self.algorithm)  # raises with the valid names
+        self.off_policy  # noqa: B018 (validates old_logprobs, seq_is_cap, seq_mask_bound)
+        if self.loss_agg not in LOSS_AGGS:
+            raise ValueError(
+                f"LearnerConfig.loss_agg={self.loss_agg!r}; choose one of {', '.join(LOSS_AGGS)}"
+            )
         positive = {
             "lr": self.lr,
             "num_minibatches": self.num_minibatches,

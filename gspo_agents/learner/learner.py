@@ -15,10 +15,10 @@ Shape legend: B rows of the batch, T padded positions, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -27,7 +27,13 @@ from gspo_agents.learner import checkpoint
 from gspo_agents.learner.batching import rank_rows, split_minibatches, token_budget_microbatches
 from gspo_agents.learner.config import LearnerConfig
 from gspo_agents.learner.errors import BatchError
-from gspo_agents.learner.moe import RouterRecorder, differing_expert_sets
+from gspo_agents.learner.moe import (
+    RouterRecorder,
+    changed_experts,
+    differing_expert_sets,
+    routes_for_microbatch,
+    routes_per_row,
+)
 from gspo_agents.learner.parallel import (
     ProcessInfo,
     all_reduce_,
@@ -38,24 +44,14 @@ from gspo_agents.learner.parallel import (
     use_bf16,
 )
 from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_logprobs
+from gspo_agents.learner.probe import PreUpdate, Probe, Rows, all_gather_floats, version_lag
 from gspo_agents.learner.stats import MinibatchStats, mean_over
 from gspo_agents.logprobs import token_logprobs
 from gspo_agents.objectives import get_objective, policy_loss
+from gspo_agents.offpolicy import behaviour_weights, mismatch_metrics, sequence_log_ratio
 from gspo_agents.trajectory import FlatBatch
 
-Rows = list[int] | None  # None: a dummy micro-batch that keeps FSDP collectives in step
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class _Probe:
-    """What the first minibatch measures before any weight changes (per rank, then reduced)."""
-
-    gap_sum: float = 0.0
-    gap_max: float = 0.0
-    gap_count: float = 0.0
-    micro: list[Rows] = field(default_factory=list)
-    routes: list[torch.Tensor | None] = field(default_factory=list)  # [layers, tokens, k]
 
 
 class Learner:
@@ -81,6 +77,12 @@ class Learner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._objective = get_objective(cfg.algorithm)
         self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
+        self._off = cfg.off_policy
+        if cfg.routing_replay and not self._routers.enabled:
+            raise ValueError(
+                "routing_replay needs a mixture-of-experts model with top-k routers; "
+                f"{self.model_path} has none (set algorithm.routing_replay=false)"
+            )
         self.step = 0  # optimizer steps taken
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
@@ -100,17 +102,25 @@ class Learner:
         """Train on one rollout batch: one optimizer step per minibatch. All ranks call."""
         self._check_batch(batch)
         start = time.perf_counter()
-        self.model.train()
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
-        per_minibatch, probe, skipped = [], _Probe(), 0
+        engine_lp_BT = batch.old_logprobs_BT
+        pre = self._pre_update(batch, lengths)
+        batch = pre.batch
+        self.model.train()
+        per_minibatch, probe, skipped = [], Probe(), 0
         for i, rows in enumerate(split_minibatches(batch.num_sequences, self.cfg.num_minibatches)):
             stats, grad_norm, stepped = self._train_minibatch(
-                batch, rows, lengths, probe if i == 0 else None
+                batch, rows, lengths, probe if i == 0 else None, pre, engine_lp_BT
             )
             per_minibatch.append({**stats, "grad_norm": grad_norm})
             skipped += 0 if stepped else 1
         metrics = mean_over(per_minibatch)
+        # before any weight changed: the clipping that staleness and numerics alone cause
+        metrics["clip_frac_tokens_first_mb"] = per_minibatch[0]["clip_frac_tokens"]
+        metrics["clip_frac_seqs_first_mb"] = per_minibatch[0]["clip_frac_seqs"]
         metrics.update(self._probe_metrics(batch, probe))
+        metrics.update(pre.metrics)  # the whole batch's mismatch, when it was recomputed
+        metrics.update(version_lag(batch))
         elapsed = time.perf_counter() - start
         metrics.update(
             grad_norm_max=max(m["grad_norm"] for m in per_minibatch),
@@ -122,6 +132,43 @@ class Learner:
             update_tokens_per_s=float(sum(lengths)) / max(elapsed, 1e-9),
         )
         return metrics
+
+    @torch.no_grad()
+    def _pre_update(self, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
+        """What the old policy (the weights before this update) says about the batch, when an
+        option needs it: its log-probs (the anchor and the behaviour weights) and its routing."""
+        off, replay = self._off, self.cfg.routing_replay
+        if not (off.needs_trainer_logprobs or replay):
+            return PreUpdate(batch)
+        self.model.eval()
+        # With replay every rank needs the routes of the rows it will train: all ranks take all.
+        rows = list(range(batch.num_sequences))
+        mine = rows if replay else rank_rows(rows, self.rank, self.world_size)
+        lp_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
+        routes: dict[int, torch.Tensor] = {}
+        for micro in self._synced_microbatches(batch, mine, lengths):
+            mb = self._micro(batch, micro, lengths)
+            with self._routers.recording() if replay else _null() as rec:
+                lp, T = self._logprobs(mb)
+            if micro is None:
+                continue
+            lp_BT[micro, :T] = lp
+            if replay and rec:
+                cut = routes_per_row(rec[0], len(micro), [lengths[r] for r in micro])
+                routes.update(zip(micro, cut, strict=True))
+        if not replay:
+            all_reduce_(lp_BT, self._info)
+        trainer_lp_BT = lp_BT.cpu()
+        out = PreUpdate(batch, routes=routes)
+        if off.needs_trainer_logprobs:
+            mask = batch.loss_mask_BT.bool()
+            out.weights_BT, out.metrics = behaviour_weights(
+                trainer_lp_BT, batch.old_logprobs_BT, mask, off, self._objective.ratio_level
+            )
+            if off.old_logprobs != "engine":
+                anchor_BT = torch.where(mask, trainer_lp_BT, torch.zeros_like(trainer_lp_BT))
+                out.batch = dataclasses.replace(batch, old_logprobs_BT=anchor_BT)
+        return out
 
     @torch.no_grad()
     def compute_logprobs(self, batch: FlatBatch) -> torch.Tensor:
@@ -169,25 +216,47 @@ class Learner:
     # one minibatch
     # ----------------------------------------------------------------------------------------
     def _train_minibatch(
-        self, batch: FlatBatch, rows: list[int], lengths: list[int], probe: _Probe | None
+        self,
+        batch: FlatBatch,
+        rows: list[int],
+        lengths: list[int],
+        probe: Probe | None,
+        pre: PreUpdate,
+        engine_lp_BT: torch.Tensor,
     ) -> tuple[dict[str, float], float, bool]:
         stats = MinibatchStats(self._objective.ratio_level)
         mine = rank_rows(rows, self.rank, self.world_size)
         micro = self._synced_microbatches(batch, mine, lengths)
+        num_tokens = int(batch.loss_mask_BT[rows].sum())
         for j, micro_rows in enumerate(micro):
             set_gradient_sync(self.model, j == len(micro) - 1)
             mb = self._micro(batch, micro_rows, lengths)
+            T = mb.input_ids_BT.shape[1]
+            weights = None
+            if pre.weights_BT is not None:
+                weights = (
+                    pre.weights_BT[micro_rows, :T]
+                    if micro_rows is not None
+                    else torch.zeros_like(mb.loss_mask_BT)
+                )
+            if pre.routes and micro_rows is not None:
+                per_row = [pre.routes[r] for r in micro_rows]
+                self._routers.replay(routes_for_microbatch(per_row, T, self._routers.top_k))
+            elif self.cfg.routing_replay:  # a dummy micro-batch: replay its own (row 0) routes
+                self._routers.replay(routes_for_microbatch([pre.routes[0]], T, self._routers.top_k))
             record = probe is not None and micro_rows is not None and self._routers.enabled
             with self._routers.recording() if record else _null() as routes:
                 lp_BT, _ = self._logprobs(mb)
-            loss, metrics = self._loss(lp_BT, mb, num_sequences=len(rows))
+            loss, metrics = self._loss(lp_BT, mb, len(rows), weights, num_tokens)
             # FSDP averages gradients over ranks; the loss is already a share of the global
             # minibatch, so scale back up to make the reduction a sum.
             (loss * self.world_size).backward()
+            self._routers.replay(None)
             if micro_rows is not None:
                 stats.add(loss, metrics)
             if probe is not None:
-                self._record_probe(probe, micro_rows, lp_BT, mb, routes)
+                engine = engine_lp_BT[micro_rows, :T] if micro_rows is not None else None
+                self._record_probe(probe, micro_rows, lp_BT, mb, routes, engine)
         grad_norm, stepped = self._optimizer_step(stats.sums["loss"])
         return stats.reduce(self._info), grad_norm, stepped
 
@@ -217,7 +286,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         return norm, finite
 
-    def _loss(self, lp_BT: torch.Tensor, mb: FlatBatch, num_sequences: int):
+    def _loss(self, lp_BT, mb: FlatBatch, num_sequences: int, weights, num_tokens: int):
         d = self.device
         return policy_loss(
             lp_BT,
@@ -228,6 +297,9 @@ class Learner:
             eps_low=self.cfg.eps_low,
             eps_high=self.cfg.eps_high,
             num_sequences=num_sequences,
+            weights=None if weights is None else weights.to(d),
+            loss_agg=self.cfg.loss_agg,
+            num_tokens=num_tokens,
         )
 
     def _logprobs(self, mb: FlatBatch) -> tuple[torch.Tensor, int]:
@@ -281,19 +353,22 @@ class Learner:
     # ----------------------------------------------------------------------------------------
     # probes: engine-vs-learner gap and expert volatility
     # ----------------------------------------------------------------------------------------
-    def _record_probe(self, probe: _Probe, rows: Rows, lp_BT, mb: FlatBatch, routes) -> None:
+    def _record_probe(self, probe: Probe, rows: Rows, lp_BT, mb: FlatBatch, routes, engine) -> None:
         probe.micro.append(rows)
         probe.routes.append(routes[0] if routes else None)
         if rows is None:
             return
         mask = mb.loss_mask_BT.to(self.device).bool()
-        gap = (lp_BT.detach() - mb.old_logprobs_BT.to(self.device)).abs()[mask]
+        engine = engine.to(self.device)
+        gap = (lp_BT.detach() - engine).abs()[mask]
         if gap.numel():
             probe.gap_sum += float(gap.sum())
             probe.gap_max = max(probe.gap_max, float(gap.max()))
             probe.gap_count += gap.numel()
+        log_w_B = sequence_log_ratio(lp_BT.detach(), engine, mask)[mask.any(dim=1)]
+        probe.seq_log_ratios.extend(log_w_B.tolist())
 
-    def _probe_metrics(self, batch: FlatBatch, probe: _Probe) -> dict[str, float]:
+    def _probe_metrics(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
         d = self.device
         sums = all_reduce_(torch.tensor([probe.gap_sum, probe.gap_count], device=d), self._info)
         gap_max = all_reduce_(torch.tensor([probe.gap_max], device=d), self._info, _MAX)
@@ -301,27 +376,35 @@ class Learner:
             "logprob_gap_abs_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0,
             "logprob_gap_abs_max": float(gap_max),
         }
+        # the first minibatch's sequences, all ranks (an update without a recompute pass)
+        log_w = all_gather_floats(probe.seq_log_ratios, self._info)
+        out.update(mismatch_metrics(log_w, torch.ones_like(log_w, dtype=torch.bool)))
         if self._routers.enabled:
-            out["expert_volatility"] = self._expert_volatility(batch, probe)
+            out.update(self._expert_volatility(batch, probe))
         return out
 
     @torch.no_grad()
-    def _expert_volatility(self, batch: FlatBatch, probe: _Probe) -> float:
+    def _expert_volatility(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
         """Re-route the first minibatch's tokens under the updated weights and compare."""
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
-        counts = torch.zeros(2, dtype=torch.float64, device=self.device)
+        counts = torch.zeros(4, dtype=torch.float64, device=self.device)
         for rows, before in zip(probe.micro, probe.routes, strict=True):
             mb = self._micro(batch, rows, lengths)
             with self._routers.recording() as after:
                 self._logprobs(mb)
             if rows is None or before is None or not after:
                 continue
-            differ, total = differing_expert_sets(
-                before, after[0], mb.attention_mask_BT.reshape(-1)
-            )
-            counts += torch.tensor([differ, total], dtype=torch.float64, device=self.device)
+            sets = differing_expert_sets(before, after[0], mb.attention_mask_BT.reshape(-1))
+            experts = changed_experts(before, after[0], mb.loss_mask_BT.reshape(-1))
+            counts += torch.tensor([*sets, *experts], dtype=torch.float64, device=self.device)
         all_reduce_(counts, self._info)
-        return float(counts[0] / counts[1]) if counts[1] > 0 else 0.0
+        c = counts.tolist()
+        return {
+            # the paper's: share of activated experts that change, response tokens only
+            "expert_volatility": c[2] / c[3] if c[3] > 0 else 0.0,
+            # the older measure: share of (token, layer) top-k sets that change, all tokens
+            "expert_set_change_frac": c[0] / c[1] if c[1] > 0 else 0.0,
+        }
 
     # ----------------------------------------------------------------------------------------
     def _prefix_sharing_supported(self) -> bool:

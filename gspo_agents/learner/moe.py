@@ -1,12 +1,17 @@
-"""Expert-activation volatility for mixture-of-experts models.
+"""Mixture-of-experts support: router recording, routing replay and expert volatility.
 
-Volatility is the share of (token, layer) top-k expert sets that differ between the behaviour policy
-(the weights at the start of an update) and the updated policy, on the same tokens. GSPO's sequence
-ratio tolerates this churn without routing replay; the metric shows how much of it there is.
+- Expert volatility (the GSPO paper's measure): for each response token and layer, the fraction of
+  its k activated experts that are no longer activated after one update, on the same tokens;
+  averaged over (token, layer). The older, coarser measure, the share of (token, layer) top-k sets
+  that differ at all over every token including the prompt, is kept as `expert_set_change_frac`.
+- Routing replay: the experts chosen by the old policy (the weights at the start of an update) are
+  replayed in the trainer's forward, so a token ratio compares the same sub-network; the router's
+  gradient flows through the gate probabilities of the replayed experts. An option for GRPO and
+  GSPO; GSPO's claim is that it does not need it.
 
 Routers are found by shape, not by name: a module whose forward returns (logits, weights, indices)
 with integer indices (transformers' `*TopKRouter`), or a linear gate over `num_experts` outputs whose
-top-k we take ourselves (older MoE blocks).
+top-k we take ourselves (older MoE blocks; recording only, no replay).
 """
 
 from __future__ import annotations
@@ -35,28 +40,52 @@ def find_routers(model: nn.Module) -> list[nn.Module]:
 
 
 class RouterRecorder:
-    """Records each router's top-k expert ids, [tokens, k] per layer, while `recording()`."""
+    """Records each router's top-k expert ids, [tokens, k] per layer, while `recording()`; replaces
+    them with given ids while `replaying(...)` is set."""
 
     def __init__(self, model: nn.Module) -> None:
         self.routers = find_routers(model)
         self.top_k = int(getattr(model.config, "num_experts_per_tok", 0) or 0)
+        self.norm_topk_prob = bool(getattr(model.config, "norm_topk_prob", True))
+        self._layer = {id(r): i for i, r in enumerate(self.routers)}
         self._active = False
         self._calls: list[torch.Tensor] = []
+        self._replay_LNK: torch.Tensor | None = None
         self._handles = [r.register_forward_hook(self._hook) for r in self.routers]
 
     @property
     def enabled(self) -> bool:
         return bool(self.routers) and self.top_k > 0
 
-    def _hook(self, module, inputs, output) -> None:
-        if not self._active:
-            return
-        if isinstance(output, tuple) and not output[-1].is_floating_point():
-            ids = output[-1]
-        else:
-            logits = output[0] if isinstance(output, tuple) else output
-            ids = logits.topk(self.top_k, dim=-1).indices
-        self._calls.append(ids.detach().reshape(-1, ids.shape[-1]).sort(dim=-1).values.cpu())
+    def _hook(self, module, inputs, output):
+        if self._active:  # the router's own choice, before any replay
+            if isinstance(output, tuple) and not output[-1].is_floating_point():
+                ids = output[-1]
+            else:
+                logits = output[0] if isinstance(output, tuple) else output
+                ids = logits.topk(self.top_k, dim=-1).indices
+            self._calls.append(ids.detach().reshape(-1, ids.shape[-1]).sort(dim=-1).values.cpu())
+        if self._replay_LNK is not None:
+            return self._replayed(module, output)
+        return None
+
+    def _replayed(self, module, output):
+        if not (isinstance(output, tuple) and len(output) == 3):
+            raise RuntimeError(
+                f"routing replay needs a router returning (logits, weights, indices); "
+                f"{type(module).__name__} returns {type(output).__name__}"
+            )
+        logits, _, _ = output
+        ids = self._replay_LNK[self._layer[id(module)]].to(logits.device)
+        if ids.shape[0] != logits.shape[0]:
+            raise RuntimeError(
+                f"routing replay has {ids.shape[0]} tokens for a forward of {logits.shape[0]}"
+            )
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        weights = probs.gather(-1, ids)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return logits, weights.to(logits.dtype), ids
 
     @contextmanager
     def recording(self):
@@ -72,9 +101,35 @@ class RouterRecorder:
                 box.append(torch.stack(self._calls))
             self._calls = []
 
+    def replay(self, routes_LNK: torch.Tensor | None) -> None:
+        """Replay these expert ids ([layers, tokens, k]) in every forward until `replay(None)`.
+        Kept set through backward, so activation checkpointing recomputes the same routing."""
+        if routes_LNK is not None and routes_LNK.shape[0] != len(self.routers):
+            raise ValueError(f"{routes_LNK.shape[0]} layers of routes for {len(self.routers)}")
+        self._replay_LNK = routes_LNK
+
     def close(self) -> None:
         for h in self._handles:
             h.remove()
+
+
+def routes_per_row(
+    routes_LNK: torch.Tensor, num_rows: int, lengths: list[int]
+) -> list[torch.Tensor]:
+    """Cut a micro-batch's recorded routes [L, rows*T, k] into each row's [L, length, k]."""
+    L, N, K = routes_LNK.shape
+    per = routes_LNK.reshape(L, num_rows, N // num_rows, K)
+    return [per[:, i, : lengths[i]].clone() for i in range(num_rows)]
+
+
+def routes_for_microbatch(rows: list[torch.Tensor], T: int, k: int) -> torch.Tensor:
+    """Stack rows' routes [L, length, k] into [L, rows*T, k]; padding positions get experts 0..k-1."""
+    L = rows[0].shape[0]
+    out = torch.arange(k, dtype=rows[0].dtype).expand(L, len(rows), T, k).clone()
+    for i, r in enumerate(rows):
+        n = min(r.shape[1], T)
+        out[:, i, :n] = r[:, :n]
+    return out.reshape(L, len(rows) * T, k)
 
 
 def differing_expert_sets(
@@ -84,3 +139,14 @@ def differing_expert_sets(
     differ_LN = (before_LNK != after_LNK).any(dim=-1)
     mask = token_mask_N.bool().unsqueeze(0).expand_as(differ_LN)
     return int(differ_LN[mask].sum()), int(mask.sum())
+
+
+def changed_experts(
+    before_LNK: torch.Tensor, after_LNK: torch.Tensor, token_mask_N: torch.Tensor
+) -> tuple[int, int]:
+    """(activated experts no longer activated, activated experts compared) over masked tokens and
+    every layer: the numerator and denominator of the paper's expert volatility."""
+    still_LNK = (before_LNK[..., :, None] == after_LNK[..., None, :]).any(dim=-1)
+    changed_LN = (~still_LNK).sum(dim=-1)
+    mask = token_mask_N.bool().unsqueeze(0).expand_as(changed_LN)
+    return int(changed_LN[mask].sum()), int(mask.sum()) * before_LNK.shape[-1]

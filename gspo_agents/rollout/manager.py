@@ -287,6 +287,7 @@ class RolloutManager:
             traj.num_turns += 1
             stats.turns += 1
             stats.length_turns += finish == "length"
+            traj.info["last_finish"] = finish  # "length": cut by the turn's token budget
             obs, reward, terminated, truncated, info = await self._env_step(
                 env, self.chat.action_text(turn_ids), stats
             )

@@ -42,6 +42,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kill-after-step", type=int, default=-1)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--old-logprobs", default="engine")
+    p.add_argument("--seq-is-cap", type=float, default=None)
+    p.add_argument("--loss-agg", default="seq-mean-token-mean")
+    p.add_argument("--routing-replay", action="store_true")
     return p.parse_args()
 
 
@@ -56,6 +60,10 @@ def main() -> None:
         micro_batch_tokens=args.micro_batch_tokens,
         seed=args.seed,
         activation_checkpointing=args.activation_checkpointing,
+        old_logprobs=args.old_logprobs,
+        seq_is_cap=args.seq_is_cap,
+        loss_agg=args.loss_agg,
+        routing_replay=args.routing_replay,
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
