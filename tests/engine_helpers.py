@@ -64,8 +64,12 @@ async def model_version(url: str) -> str:
         return (await c.get(url + "/get_model_info")).json()["weight_version"]
 
 
-async def wait_steps(url: str, steps: int) -> None:
-    """Until the server has run `steps` more forward steps (a request is really generating)."""
+async def wait_steps(url: str, steps: int, task: asyncio.Future | None = None) -> None:
+    """Until the server has run `steps` more forward steps (a request is really generating),
+    or until `task` (the request being waited on) is done: a sampled stop token can end it
+    early, and then no further step ever comes."""
     start = (await server_info(url))["stats"]["forward_steps"]
     while (await server_info(url))["stats"]["forward_steps"] < start + steps:
+        if task is not None and task.done():
+            return
         await asyncio.sleep(0.02)

@@ -84,7 +84,7 @@ async def test_concurrent_requests_are_batched(client, server):
 async def test_abort_by_rid_prefix_returns_partial_tokens_with_200(client, server):
     rid = uuid.uuid4().hex
     task = asyncio.create_task(client.post("/generate", json=gen_body([1, 77], 3000, rid=rid)))
-    await wait_steps(server.url, 5)
+    await wait_steps(server.url, 5, task)
     resp = await client.post("/abort_request", json={"rid": rid[:8]})
     assert resp.status_code == 200
     answer = await task
@@ -97,7 +97,7 @@ async def test_abort_by_rid_prefix_returns_partial_tokens_with_200(client, serve
 
 async def test_pause_aborts_in_flight_and_holds_new_until_continue(client, server):
     running = asyncio.create_task(client.post("/generate", json=gen_body([1, 88], 3000)))
-    await wait_steps(server.url, 3)
+    await wait_steps(server.url, 3, running)
     await client.post("/pause_generation", json={"mode": "abort"})
     aborted = (await running).json()["meta_info"]
     assert aborted["finish_reason"]["type"] in ("abort", "stop")

@@ -78,7 +78,7 @@ async def record_scenario(server, tiny_path: str) -> list[dict]:
         long = asyncio.create_task(
             eng.generate([1, 7], SamplingParams(max_new_tokens=3000), "to-abort")
         )
-        await wait_steps(server.url, 3)
+        await wait_steps(server.url, 3, long)
         await eng.abort("to-abort")
         await long
         await eng.abort()

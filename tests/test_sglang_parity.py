@@ -71,7 +71,7 @@ async def test_nccl_update_pauses_in_flight_generation_then_continues(engine, se
         engine.generate([1, 7], SamplingParams(max_new_tokens=3000), "long-running")
     )
     try:
-        await wait_steps(server.url, 3)
+        await wait_steps(server.url, 3, long)
         named = _perturbed_state(tiny_path, 5)
         await engine.update_weights_from_distributed(named, 8, group_name="parity_sync")
         partial = await long

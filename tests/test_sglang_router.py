@@ -113,7 +113,7 @@ async def test_router_url_routes_generate_and_fans_control_out_to_workers(
         while not any([key in (await server_info(u))["stats"]["routing_keys"] for u in urls]):
             await asyncio.sleep(0.02)
         serving = [u for u in urls if key in (await server_info(u))["stats"]["routing_keys"]][0]
-        await wait_steps(serving, 5)
+        await wait_steps(serving, 5, task)
         await eng.abort("rab")  # sent to the workers: the router does not fan control calls out
         partial = await task
         assert partial.finish_reason in ("abort", "stop") and len(partial.token_ids) < 3000
