@@ -263,7 +263,8 @@ class CodeAgentEnv(ToolEnv):
             await ws.kill_processes()
             await ws.write_file(f"{where}/runner.py", _RUNNER.read_text())
             await ws.write_file(f"{where}/cases.json", json.dumps(calls))
-            result = await ws.exec(command, timeout_s=5.0 + 3.0 * len(calls))
+            # fresh: no exports (LD_PRELOAD, ...) the agent left in its shell reach the grader
+            result = await ws.exec(command, timeout_s=5.0 + 3.0 * len(calls), fresh=True)
         except SessionBudgetExceeded:
             self._last["budget_exhausted"] = True
             return [{"error": "session budget exhausted"} for _ in calls]
