@@ -88,7 +88,8 @@ def _usable(h: Hierarchy) -> tuple[Hierarchy | None, str]:
     return h, ""
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -104,7 +105,7 @@ def reap_stale(h: Hierarchy) -> None:
         with contextlib.suppress(OSError):
             for entry in (root / TOP).iterdir():
                 owner = entry.name.split(".", 1)[0]
-                if entry.is_dir() and owner.isdigit() and not _pid_alive(int(owner)):
+                if entry.is_dir() and owner.isdigit() and not pid_alive(int(owner)):
                     _remove_dir(entry)
 
 

@@ -171,7 +171,7 @@ class DockerBackend(Backend):
             for row in listing.stdout.splitlines():
                 cid, _, owner = row.partition(" ")
                 name, _, pid = owner.rpartition(":")
-                if name == me and pid.isdigit() and not _pid_alive(int(pid)):
+                if name == me and pid.isdigit() and not cgroups_mod.pid_alive(int(pid)):
                     stale.append(cid)
             if stale:
                 log.info("removing %d stale sandbox containers", len(stale))
@@ -371,16 +371,6 @@ async def _send_groups(listener: socket.socket, groups: cgroups_mod.SlotGroups) 
         for fd in groups.fds:
             os.close(fd)
     groups.fds.clear()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _run(argv: list[str]) -> tuple[int, str, str]:

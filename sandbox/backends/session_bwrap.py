@@ -34,6 +34,7 @@ from sandbox.backends.session_base import (
     close_agent,
     kill_uid,
 )
+from sandbox.cgroups import pid_alive
 from sandbox.session_api import WORKSPACE, SessionLimits
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class BubblewrapSessionBackend(SessionBackend):
             return
         for marker in markers:
             pid, _, uid = marker.name.partition(".")
-            if not (pid.isdigit() and uid.isdigit()) or _pid_alive(int(pid)):
+            if not (pid.isdigit() and uid.isdigit()) or pid_alive(int(pid)):
                 continue
             log.info("reaping the bubblewrap session of dead trainer pid %s (uid %s)", pid, uid)
             if kill_uid(int(uid)):
@@ -130,13 +131,3 @@ class BubblewrapSessionBackend(SessionBackend):
             if kill_uid(handle.uid):
                 self._marker(handle).unlink(missing_ok=True)
         self._live.clear()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
