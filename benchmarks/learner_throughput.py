@@ -35,6 +35,44 @@ import torch
 
 RESULT = "RESULT "
 
+# Published shapes of the Qwen3 family (their config.json), built here with random weights: enough
+# to measure speed and memory, which do not depend on the weights.
+RANDOM_SHAPES = {
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True),
+}  # fmt: skip
+
+
+def write_random_model(shape: str) -> str:
+    """A random-init Qwen3 of `shape` (bf16 safetensors) under the cache dir; reused if present."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    out = Path("~/.cache/gspo-agents/bench-models").expanduser() / shape
+    if (out / "config.json").exists():
+        return str(out)
+    config = Qwen3Config(
+        vocab_size=151936, head_dim=128, max_position_embeddings=40960, rope_theta=1_000_000,
+        rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645, **RANDOM_SHAPES[shape],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tmp.rename(out)
+    return str(out)
+
+
+def progress(what: str, done: int, total: int, t0: float) -> None:
+    """`what: done/total | elapsed | eta` on stderr (stdout carries only RESULT lines)."""
+    from gspo_agents.tracking import format_duration
+
+    elapsed = time.perf_counter() - t0
+    eta = format_duration(elapsed / done * (total - done)) if done else "?"
+    print(f"  {what}: {done}/{total} | {format_duration(elapsed)} | eta {eta}",
+          file=sys.stderr, flush=True)  # fmt: skip
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -42,6 +80,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--worker", choices=["ours", "floor", "trl"], default=None, help=argparse.SUPPRESS
     )
     p.add_argument("--model", default=None, help="HF directory (default: the project's tiny model)")
+    p.add_argument(
+        "--random-model",
+        choices=sorted(RANDOM_SHAPES),
+        default=None,
+        help="write a randomly initialised model of a published Qwen3 shape (no download), print "
+        "its directory and exit; pass that directory as --model",
+    )
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=0,
+        help="tokens per forward/backward (0: a whole minibatch at once)",
+    )
+    p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--batch-size", type=int, default=32, help="sequences per rollout batch")
     p.add_argument("--group-size", type=int, default=8, help="completions per prompt")
     p.add_argument("--prompt-tokens", type=int, default=32)
@@ -112,52 +164,79 @@ def worker_ours(args) -> None:
         algorithm="gspo",
         lr=1e-5,
         num_minibatches=args.num_minibatches,
-        micro_batch_tokens=args.batch_size * (args.prompt_tokens + args.completion_tokens),
+        micro_batch_tokens=args.micro_batch_tokens
+        or args.batch_size * (args.prompt_tokens + args.completion_tokens),
+        activation_checkpointing=args.activation_checkpointing,
     )
     learner = Learner(args.model, cfg)
     batch = make_batch(args, learner.model.config.vocab_size)
-    floor = None if learner.world_size > 1 else make_floor(args, batch)
+    floor, peak_gib = None, None  # the floor's model is loaded after ours' first update
     ours_t, floor_t, metrics = [], [], {}
-    for _ in range(1 + args.repeats):  # the first round is the warm-up
+    t0, rounds = time.perf_counter(), 1 + args.repeats
+    for i in range(rounds):  # the first round is the warm-up
+        if learner.is_main:
+            progress(f"ours x{learner.world_size}, updates", i, rounds, t0)
         b = replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * batch.loss_mask_BT)
         clock = Clock()  # the engine's log-probs above are not part of the update
         metrics = learner.update(b)
         ours_t.append(clock.elapsed())
+        if i == 0 and learner.device.type == "cuda":  # ours alone: no floor model resident yet
+            peak_gib = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        if i == 0 and learner.world_size == 1:
+            floor = make_floor(args, batch, learner)
         if floor is not None:
             clock = Clock()
             floor()
             floor_t.append(clock.elapsed())
     if learner.is_main:
+        progress(f"ours x{learner.world_size}, updates", rounds, rounds, t0)
         name = f"ours (GSPO, {learner.world_size} proc)"
         row = _row(name, learner.world_size, args, *_best(ours_t[1:]))
         row.update(device=str(learner.device), skipped_steps=metrics["skipped_steps"])
+        row["params"] = sum(p.numel() for p in learner.model.parameters())
+        # model FLOPs of a training step, 6 x parameters x tokens (attention scores not counted)
+        flops = 6 * row["params"] * row["tokens_per_update"]
+        row["model_tflops"] = round(flops / row["s_per_update"] / 1e12, 2)
         if learner.device.type == "cuda":
             row["bf16"] = learner.cfg.mixed_precision
-            row["max_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            row["max_mem_gib"] = peak_gib
+            row["gpu"] = torch.cuda.get_device_name(learner.device)
         emit(row)
         if floor_t:
             emit(_row("floor (fwd+bwd+AdamW)", 1, args, *_best(floor_t[1:])))
     learner.close()
 
 
-def make_floor(args, batch):
-    """A bare training step on the same tokens: LM cross-entropy forward, backward, AdamW step."""
+def make_floor(args, batch, learner):
+    """A bare training step on the same tokens, device and precision as the learner (fp32 master
+    weights, bf16 autocast on CUDA): LM cross-entropy forward, backward, AdamW step."""
     from transformers import AutoModelForCausalLM
 
     from gspo_agents.learner.batching import split_minibatches
 
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    device = learner.device
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device)
     model.config.use_cache = False
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=True)
+    bf16 = device.type == "cuda" and learner.cfg.mixed_precision != "fp32"
+
+    seq_len = batch.input_ids_BT.shape[1]
+    rows_per_micro = max(1, args.micro_batch_tokens // seq_len) if args.micro_batch_tokens else None
 
     def update() -> None:
         for rows in split_minibatches(batch.num_sequences, args.num_minibatches):
-            ids = batch.input_ids_BT[rows]
-            out = model(input_ids=ids, attention_mask=batch.attention_mask_BT[rows], labels=ids)
-            out.loss.backward()
+            rows = torch.as_tensor(rows)
+            for micro in rows.split(rows_per_micro or len(rows)):  # gradient accumulation
+                ids = batch.input_ids_BT[micro].to(device)
+                attn = batch.attention_mask_BT[micro].to(device)
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    out = model(input_ids=ids, attention_mask=attn, labels=ids)
+                (out.loss * len(micro) / len(rows)).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     return update
 
@@ -288,8 +367,10 @@ def run_worker(kind: str, args, nproc: int = 1) -> list[dict]:
         "--group-size", str(args.group_size), "--prompt-tokens", str(args.prompt_tokens),
         "--completion-tokens", str(args.completion_tokens),
         "--num-minibatches", str(args.num_minibatches), "--repeats", str(args.repeats),
-        "--threads", str(args.threads),
+        "--threads", str(args.threads), "--micro-batch-tokens", str(args.micro_batch_tokens),
     ]  # fmt: skip
+    if args.activation_checkpointing:
+        flags.append("--activation-checkpointing")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     if nproc > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -298,13 +379,14 @@ def run_worker(kind: str, args, nproc: int = 1) -> list[dict]:
         cmd = [sys.executable, __file__, *flags]
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
             env.pop(key, None)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    print(f"[{kind} x{nproc}] starting", file=sys.stderr, flush=True)
+    # stderr passes through: the worker's progress lines and, on failure, its traceback
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     rows = [json.loads(x[len(RESULT) :]) for x in proc.stdout.splitlines() if x.startswith(RESULT)]
     if rows:
         return rows
     print(
-        f"[{kind} x{nproc}] failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
-        file=sys.stderr,
+        f"[{kind} x{nproc}] failed (exit {proc.returncode}; its output is above)", file=sys.stderr
     )
     return []
 
@@ -328,6 +410,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.random_model:
+        print(write_random_model(args.random_model))
+        return
     if args.model is None:
         args.model = tiny_model_dir()
     if args.worker:

@@ -155,7 +155,7 @@ class EvalConfig:
     k: int = 4
     temperature: float = 1.0
     max_tasks: int | None = 100
-    out: str | None = None  # JSON path; default RUN_DIR/eval-<split>.json
+    out: str | None = None  # JSON path; default beside the run (see eval.eval_output_path)
 
 
 @dataclass

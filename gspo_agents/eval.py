@@ -137,6 +137,22 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
     return score_groups(groups, cfg.eval.k, report)
 
 
+def eval_output_path(cfg: DictConfig, model_dir: str) -> Path:
+    """Where the report goes: `eval.out`; else beside the run that made the weights
+    (`RUN_DIR/eval-<split>.json` for `eval.run_dir`, `eval-<split>-stepN.json` for one of a run's
+    `weights/stepN`); else, for any other model, `runs/eval/<env>-<split>-<model dir name>.json`,
+    so that evaluating a base or cold-start model never overwrites a training run's own report."""
+    split = cfg.eval.split
+    if cfg.eval.out:
+        return Path(cfg.eval.out)
+    if cfg.eval.run_dir:
+        return Path(cfg.eval.run_dir) / f"eval-{split}.json"
+    model = Path(model_dir)
+    if model.parent.name == "weights" and (model.parent.parent / "metrics.jsonl").exists():
+        return model.parent.parent / f"eval-{split}-{model.name}.json"
+    return Path(cfg.trainer.run_dir).parent / "eval" / f"{cfg.env.name}-{split}-{model.name}.json"
+
+
 async def collect_with_progress(manager, tasks: list[dict], chunk: int = 8) -> list:
     """All tasks' groups, collected `chunk` tasks at a time with a progress line (and ETA) after
     each. Sampling seeds are per request, so chunking changes no sample."""
@@ -165,8 +181,7 @@ def main(cfg: DictConfig) -> None:
         check_choices(cfg)
         report = asyncio.run(evaluate(cfg))
     print(report.table())
-    run_dir = cfg.eval.run_dir or cfg.trainer.run_dir
-    out = Path(cfg.eval.out or Path(run_dir) / f"eval-{cfg.eval.split}.json")
+    out = eval_output_path(cfg, report.model)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(asdict(report), indent=2))
     # eval's own config beside its result; the training run's config.yaml is never touched
