@@ -417,7 +417,11 @@ def main(argv=None) -> None:
         args.model = tiny_model_dir()
     if args.worker:
         torch.set_num_threads(args.threads)
-        {"ours": worker_ours, "trl": worker_trl}[args.worker](args)
+        if args.worker == "ours":  # a torchrun worker: see run_then_exit
+            from gspo_agents.learner.parallel import run_then_exit
+
+            run_then_exit(lambda: worker_ours(args))
+        worker_trl(args)
         return
     rows = run_worker("ours", args) + run_worker("ours", args, nproc=args.nproc)
     if not args.skip_trl:

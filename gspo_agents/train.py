@@ -445,7 +445,10 @@ def cli() -> None:
     """`python -m gspo_agents.train`: overrides checked first (with a did-you-mean), then Hydra;
     user errors end in one clear line, not a traceback."""
     from gspo_agents.cli import run_cli
+    from gspo_agents.learner.parallel import launched_by_torchrun, run_then_exit
 
+    if launched_by_torchrun():  # a learner rank: no interpreter finalization (see run_then_exit)
+        run_then_exit(lambda: run_cli(main, check_overrides))
     run_cli(main, check_overrides)
 
 
