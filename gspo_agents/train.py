@@ -433,7 +433,9 @@ def main(cfg: DictConfig) -> None:
 
         sys.exit(relaunch_under_torchrun(cfg.trainer.nproc, sys.argv[1:]))
     from gspo_agents.cli import user_errors_as_one_line
+    from gspo_agents.learner_group import announce_rank0
 
+    announce_rank0()
     with user_errors_as_one_line():
         summary = run(cfg, sys.argv[1:])
     print(f"done: {summary}", file=sys.stderr)
