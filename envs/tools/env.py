@@ -94,6 +94,8 @@ class ToolEnv(TextEnv):
             self._tools = {name: t for name, t in self._tools.items() if name in tools}
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self._ended = False
+        self._sync_loop: asyncio.AbstractEventLoop | None = None  # plain Gymnasium use only
+        self._sync_started = False
 
     # -- tools ----------------------------------------------------------------------------------
     def _declared_tools(self) -> list[Tool]:
@@ -131,22 +133,49 @@ class ToolEnv(TextEnv):
         """Release episode state; called by `aclose` on every exit path."""
 
     # -- episode --------------------------------------------------------------------------------
+    # The trainer drives a ToolEnv asynchronously: `areset` (opens the session), `astep`,
+    # `aclose`. Plain Gymnasium code may use `reset` / `step` / `close` instead: they run the same
+    # coroutines on an event loop private to this env, and the session opens at the first `step`,
+    # so a `reset` that only renders the prompt (cold-start SFT, the context-size check) starts
+    # nothing.
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self._sync_started:  # the previous plain-Gymnasium episode's session
+            self._run_sync(self.on_close())
+            self._sync_started = False
+        return self._new_episode(seed, options)
+
+    def _new_episode(self, seed: int | None, options: dict[str, Any] | None):
         messages, info = super().reset(seed=seed, options=options)
         self.counters = dict.fromkeys(_COUNTERS, 0)
         self._ended = False
         return messages, info
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        out = self.reset(seed=seed, options=options)
+        out = self._new_episode(seed, options)
         await self.on_start()
         return out
 
     def step(self, action: str):
-        raise RuntimeError(
-            f"{type(self).__name__} is async: use `await env.areset(...)`, `await env.astep(...)` "
-            "and `await env.aclose()` (its tools keep state in a session across turns)"
-        )
+        if not self._sync_started:
+            self._require_task()
+            self._run_sync(self.on_start())
+            self._sync_started = True
+        return self._run_sync(self.astep(action))
+
+    def _run_sync(self, coro: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise RuntimeError(
+                f"{type(self).__name__}: reset/step/close inside an event loop; use "
+                "`await env.areset(...)`, `await env.astep(...)` and `await env.aclose()`"
+            )
+        if self._sync_loop is None:
+            self._sync_loop = asyncio.new_event_loop()
+        return self._sync_loop.run_until_complete(coro)
 
     async def astep(self, action: str):
         self._require_task()
@@ -232,12 +261,20 @@ class ToolEnv(TextEnv):
         await self.on_close()
 
     def close(self) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            asyncio.run(self.aclose())
+        """Plain Gymnasium `close`: the session of a `step`-driven episode and this env's loop."""
+        if self._sync_loop is None:  # never stepped through `step`: nothing of ours is open
             return
-        raise RuntimeError(f"{type(self).__name__}.close() inside an event loop: await aclose()")
+        try:
+            if self._sync_started:
+                self._run_sync(self.aclose())
+            from sandbox.sessions import close_sessions  # the pools made on this env's loop
+
+            self._run_sync(close_sessions())
+        finally:
+            self._sync_started = False
+            loop, self._sync_loop = self._sync_loop, None
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
 
 def _tool_message(content: str) -> Message:

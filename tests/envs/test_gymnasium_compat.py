@@ -1,22 +1,32 @@
 """The built-in envs are plain Gymnasium envs: `reset()` without a task samples one from the train
 split with the env's seeded RNG, and Gymnasium's own `check_env` passes for each of them.
 
-codeforces and mathtool step through the real sandbox (random text as the action: a compile
-error or a wrong answer, judged for real); under CI=true a missing sandbox fails the test.
+codeforces and the tool envs step through the real sandbox (random text as the action: a compile
+error or a wrong answer, judged for real); under CI=true a missing sandbox fails the test. The
+tool envs (MathTool-v1, CodeAgent-v0) are async for the trainer; plain `reset`/`step`/`close` run
+them on a loop of their own, with the session opened at the first step.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
 
+import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs
 from envs.base import MessagesSpace
 
+BUILT_IN = sorted(k for k in gym.registry if k.startswith("gspo/"))
 
-@pytest.mark.parametrize("name", ["arithmetic", "math", "codeforces", "mathtool"])
+
+def test_every_built_in_env_is_checked():
+    assert len(BUILT_IN) >= 7 and "gspo/CodeAgent-v0" in BUILT_IN and "gspo/MathTool-v1" in BUILT_IN
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
 def test_check_env_passes(name):
     env = envs.make(name)
     try:
@@ -52,3 +62,25 @@ def test_env_classes_declare_whether_they_need_a_sandbox():
     assert envs.env_class("mathtool").needs_sandbox
     assert not envs.env_class("arithmetic").needs_sandbox
     assert not envs.env_class("math").needs_sandbox
+
+
+def call(name: str, **arguments) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def test_a_tool_env_driven_by_plain_step_keeps_its_session_across_turns_and_closes_it():
+    import sandbox.sessions
+
+    env = envs.make("gspo/MathTool-v1")
+    env.reset(seed=0)  # renders the prompt only: no session yet
+    assert env._sync_loop is None
+    first, reward, terminated, truncated, _ = env.step(call("python", code="x = 41"))
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    second, *_ = env.step(call("python", code="print(x + 1)"))
+    assert second == [{"role": "tool", "content": "42\n"}]  # the kernel kept x
+    env.reset(seed=1)  # a new episode: a new session, the old one closed
+    fresh, *_ = env.step(call("python", code="print('x' in globals())"))
+    assert fresh[0]["content"].strip() == "False"
+    loop = env._sync_loop
+    env.close()
+    assert loop.is_closed() and loop not in sandbox.sessions._default_pools

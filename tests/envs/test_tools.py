@@ -271,12 +271,29 @@ def test_calls_after_the_one_that_ends_the_episode_are_not_run():
     assert term and env.total == 6
 
 
-def test_close_runs_on_close_and_sync_step_names_the_async_api():
+def test_close_runs_on_close_and_sync_step_inside_a_loop_names_the_async_api():
     env = started()
     asyncio.run(env.aclose())
     assert env.closed == 1
-    with pytest.raises(RuntimeError, match="await env.astep"):
-        env.step(call("add", x=1))
+
+    async def inside_a_loop():
+        with pytest.raises(RuntimeError, match="await env.astep"):
+            env.step(call("add", x=1))
+
+    asyncio.run(inside_a_loop())
+
+
+def test_plain_gymnasium_step_runs_the_episode_on_the_envs_own_loop():
+    env = Calc()
+    env.reset(options={"task": {"id": "t"}})
+    assert env.closed == 0
+    obs, reward, terminated, truncated, _ = env.step(call("add", x=1))
+    assert obs[0]["role"] == "tool" and not (terminated or truncated)
+    env.reset(options={"task": {"id": "u"}})  # the previous episode's on_close ran
+    assert env.closed == 1
+    env.step(call("add", x=1))
+    env.close()
+    assert env.closed == 2 and env._sync_loop is None
 
 
 def test_unknown_parser_name_fails_at_construction():
