@@ -1,6 +1,7 @@
-"""The run's components, built from the run config: env factory, sandbox, engine, learner and the
-start model (after the cold start). The wiring `train.py` and `eval.py` share; each builder hands
-its component only the settings it needs, never the whole config.
+"""The rollout side's components, built from the run config: env factory, sandbox, engine (and a
+check that it answers), and the start model (after the cold start). The wiring `train.py` and
+`eval.py` share; each builder hands its component only the settings it needs, never the whole
+config.
 """
 
 from __future__ import annotations
@@ -66,32 +67,6 @@ async def check_engine_answers(cfg: DictConfig) -> None:
             "`python -m sglang.launch_server --model-path ... --port ...` (or "
             "`python -m gspo_agents.serve` on CPU) or fix engine.urls"
         )
-
-
-def build_learner(cfg: DictConfig, model_dir: str):
-    from gspo_agents.learner import Learner, LearnerConfig
-
-    t, a = cfg.trainer, cfg.algorithm
-    learner_cfg = LearnerConfig(
-        algorithm=a.name,
-        eps_low=a.eps_low,
-        eps_high=a.eps_high,
-        lr=t.lr,
-        weight_decay=t.weight_decay,
-        warmup_steps=t.warmup_steps,
-        max_grad_norm=t.max_grad_norm,
-        num_minibatches=t.num_minibatches,
-        micro_batch_tokens=t.micro_batch_tokens,
-        share_prompt_prefix=t.share_prompt_prefix,
-        temperature=cfg.rollout.temperature,
-        seed=t.seed,
-        loss_agg=a.loss_agg,
-        old_logprobs=a.old_logprobs,
-        seq_is_cap=a.seq_is_cap,
-        seq_mask_bound=a.seq_mask_bound,
-        routing_replay=a.routing_replay,
-    )
-    return Learner(model_dir, learner_cfg)
 
 
 def resolve_start_model(cfg: DictConfig, env) -> str:

@@ -10,10 +10,11 @@
 - `tee_to_log`: everything the console shows (stdout and stderr) also goes to `RUN_DIR/train.log`.
 - `own_run_dir`: all of the above for one training, in that order; the exception that ends the
   training goes into train.log with its traceback.
-- `resume_from_checkpoint`: the step a resumed run continues from.
+- `resume_from_checkpoint`: the step a resumed run continues from; `finish_run`: the checkpoint
+  and weights of the last completed step; `keep_latest_weights`: one weights export, the latest.
 
 This module knows nothing of models or rollouts; train.py calls it before building either (and
-hands `resume_from_checkpoint` a learner that can load its checkpoint).
+hands the checkpoint functions a learner that can save, load and export).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -36,7 +38,8 @@ LOCK_FILE = ".lock"
 LOG_FILE = "train.log"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT = "checkpoint"
-RUN_MARKERS = ("metrics.jsonl", CHECKPOINT, f"{CHECKPOINT}.old", f"{CHECKPOINT}.prev", "weights")
+WEIGHTS = "weights"
+RUN_MARKERS = ("metrics.jsonl", CHECKPOINT, f"{CHECKPOINT}.old", f"{CHECKPOINT}.prev", WEIGHTS)
 
 
 class RunDirError(RuntimeError):
@@ -232,14 +235,32 @@ def configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-class Resumable(Protocol):
+class Checkpointable(Protocol):
     def load_checkpoint(self, ckpt_dir: str) -> dict: ...
+    def save_checkpoint(self, ckpt_dir: str, extra_state: dict) -> None: ...
+    def export_hf(self, out_dir: str) -> str: ...
 
 
-def resume_from_checkpoint(learner: Resumable, run_dir: Path) -> int:
+def resume_from_checkpoint(learner: Checkpointable, run_dir: Path) -> int:
     """Load the run's checkpoint (falling back to the one before it if it is unreadable); its
     step's later metric rows go, so each step is logged once."""
     start_step = int(learner.load_checkpoint(str(run_dir / CHECKPOINT)).get("step", 0))
     drop_rows_after(run_dir, start_step)
     print(f"resuming from step {start_step}", file=sys.stderr, flush=True)
     return start_step
+
+
+def finish_run(learner: Checkpointable, run_dir: Path, step: int) -> None:
+    """The checkpoint and exported weights of the last completed step."""
+    learner.save_checkpoint(str(run_dir / CHECKPOINT), {"step": step})
+    final = run_dir / WEIGHTS / f"step{step}"
+    if not final.exists():  # the last step may have had no signal: export what we have
+        learner.export_hf(str(final))
+        keep_latest_weights(run_dir, final.name)
+
+
+def keep_latest_weights(run_dir: Path, keep: str) -> None:
+    """Remove every exported weights dir in RUN_DIR/weights but `keep`."""
+    for child in (run_dir / WEIGHTS).iterdir():
+        if child.name != keep:
+            shutil.rmtree(child, ignore_errors=True)

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,6 @@ from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
 from gspo_agents.components import (
     build_engine,
     build_env_factory,
-    build_learner,
     build_sandbox,
     check_engine_answers,
     resolve_start_model,
@@ -44,6 +42,32 @@ CONSOLE_KEYS = [
     "errors",
     "step_time_s",
 ]
+
+
+def build_learner(cfg: DictConfig, model_dir: str):
+    from gspo_agents.learner import Learner, LearnerConfig
+
+    t, a = cfg.trainer, cfg.algorithm
+    learner_cfg = LearnerConfig(
+        algorithm=a.name,
+        eps_low=a.eps_low,
+        eps_high=a.eps_high,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps,
+        max_grad_norm=t.max_grad_norm,
+        num_minibatches=t.num_minibatches,
+        micro_batch_tokens=t.micro_batch_tokens,
+        share_prompt_prefix=t.share_prompt_prefix,
+        temperature=cfg.rollout.temperature,
+        seed=t.seed,
+        loss_agg=a.loss_agg,
+        old_logprobs=a.old_logprobs,
+        seq_is_cap=a.seq_is_cap,
+        seq_mask_bound=a.seq_mask_bound,
+        routing_replay=a.routing_replay,
+    )
+    return Learner(model_dir, learner_cfg)
 
 
 async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int):
@@ -76,10 +100,10 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
         except StepAbandoned:
             print(f"abandoned step {step + 1}", file=sys.stderr, flush=True)
         except RunStalled:  # after a complete step: its state is sound, keep it
-            finish_run(learner, run_dir, step)
+            rundir.finish_run(learner, run_dir, step)
             raise
         # Any other exception may have struck mid-update: the last periodic checkpoint stands.
-        finish_run(learner, run_dir, step)
+        rundir.finish_run(learner, run_dir, step)
     if step < t.steps:
         say_stopped(step, t.steps, run_dir / "checkpoint")
     return step
@@ -122,17 +146,8 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
             learner.export_hf, str(run_dir / "weights" / f"step{step + 1}")
         )
         await manager.update_weights(weights, version=step + 1)
-        _keep_latest(run_dir / "weights", Path(weights).name)
+        rundir.keep_latest_weights(run_dir, Path(weights).name)
     return metrics
-
-
-def finish_run(learner, run_dir: Path, step: int) -> None:
-    """The checkpoint and exported weights of the last completed step."""
-    learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
-    final = run_dir / "weights" / f"step{step}"
-    if not final.exists():  # the last step may have had no signal: export what we have
-        learner.export_hf(str(final))
-        _keep_latest(run_dir / "weights", final.name)
 
 
 async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
@@ -168,12 +183,6 @@ def quiet_libraries() -> None:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-
-
-def _keep_latest(weights_root: Path, keep: str) -> None:
-    for child in weights_root.iterdir():
-        if child.name != keep:
-            shutil.rmtree(child, ignore_errors=True)
 
 
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
