@@ -13,6 +13,8 @@ import json
 import statistics
 import time
 
+from gspo_agents.tracking import BenchProgress
+
 RESULT = "RESULT "
 DEFAULT_MAX_NEW_TOKENS = {"arithmetic": 16, "codeforces": 128}
 DEFAULT_SFT = {"arithmetic": False, "codeforces": True}  # the tiny model writes no code without
@@ -120,6 +122,12 @@ def resolve_model(args) -> str:
 # --------------------------------------------------------------------------------------------
 # measurement
 # --------------------------------------------------------------------------------------------
+def step_progress(args, side: str, steps: int) -> BenchProgress:
+    """A worker's progress line, one tick per training step (untimed ones included); the
+    parent passes these lines on from the worker's captured output."""
+    return BenchProgress(f"{args.env}/{side}, training steps", steps)
+
+
 class CpuClock:
     """(wall, process CPU) marks; CPU counts every thread of this process."""
 

@@ -21,7 +21,16 @@ import tempfile
 import time
 from collections import defaultdict
 
-from e2e_common import CpuClock, JudgeCounter, compose, emit, mean, our_overrides, summary
+from e2e_common import (
+    CpuClock,
+    JudgeCounter,
+    compose,
+    emit,
+    mean,
+    our_overrides,
+    step_progress,
+    summary,
+)
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -99,7 +108,9 @@ class Probe:
         return wrapper
 
 
-def install(probe: Probe, clock: CpuClock, judge: JudgeCounter, judge_runs: list[int]) -> None:
+def install(
+    probe: Probe, clock: CpuClock, judge: JudgeCounter, judge_runs: list[int], progress
+) -> None:
     from gspo_agents import train
     from gspo_agents.learner_group import LearnerGroup
     from gspo_agents.rollout.manager import RolloutManager
@@ -111,6 +122,7 @@ def install(probe: Probe, clock: CpuClock, judge: JudgeCounter, judge_runs: list
         clock.mark()
         judge_runs.append(judge.runs - sum(judge_runs))
         probe.step += 1
+        progress.tick(step)
         return log(self, step, metrics)
 
     def capturing_build_engine(*a, **k):
@@ -135,7 +147,8 @@ def worker_ours(args, *, async_rollouts: bool) -> None:
     cfg = compose(our_overrides(args, run_dir, async_rollouts=async_rollouts))
     clock, judge, judge_runs, probe = CpuClock(), JudgeCounter(), [], Probe()
     judge.install()
-    install(probe, clock, judge, judge_runs)
+    side = "ours_async" if async_rollouts else "ours"
+    install(probe, clock, judge, judge_runs, step_progress(args, side, cfg.trainer.steps))
     clock.mark()  # the run's start: only used if --warmup 0
     train.run(cfg)
     rows = read_metrics(run_dir)

@@ -27,7 +27,16 @@ import tempfile
 import time
 from collections import defaultdict
 
-from e2e_common import CpuClock, JudgeCounter, emit, make_env, mean, step_tasks, summary
+from e2e_common import (
+    CpuClock,
+    JudgeCounter,
+    emit,
+    make_env,
+    mean,
+    step_progress,
+    step_tasks,
+    summary,
+)
 
 
 def reward_function(args, schedule: list[dict], judge: dict, batch_rewards: list[float]):
@@ -169,6 +178,7 @@ def worker_trl(args) -> None:
     phases = defaultdict(lambda: [0.0] * cycles)
     tokens, judge_runs = [0] * cycles, [0] * cycles
     batch_rewards: list[float] = []
+    progress = step_progress(args, "trl", cycles)
 
     class CycleClock(TrainerCallback):
         def on_train_begin(self, *a, **k):
@@ -178,6 +188,7 @@ def worker_trl(args) -> None:
             if state.global_step % n == 0:  # the last optimizer step of a generation cycle
                 clock.mark()
                 judge_runs[state.global_step // n - 1] = counter.runs - sum(judge_runs)
+                progress.tick(state.global_step // n)
 
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)

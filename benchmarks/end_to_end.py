@@ -89,6 +89,8 @@ from e2e_common import (
     table,
 )
 
+from gspo_agents.tracking import BENCH_PROGRESS_LINE, BenchProgress
+
 REPO = Path(__file__).resolve().parent.parent
 ENVS = ("arithmetic", "codeforces")
 KINDS = ("ours", "ours_async", "trl")
@@ -181,8 +183,8 @@ def run_worker(kind: str, args) -> dict | None:
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     cmd = [sys.executable, __file__, "--worker", kind, *_worker_flags(args)]
-    proc = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
+    returncode, output = run_passing_progress(cmd, env)
+    for line in output:
         if line.startswith(RESULT):
             row = json.loads(line[len(RESULT) :])
             row.update(
@@ -193,8 +195,22 @@ def run_worker(kind: str, args) -> dict | None:
                 process_wall_s=round(time.perf_counter() - started, 1),
             )
             return row
-    print(f"[{args.env}/{kind}] failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    print(f"[{args.env}/{kind}] failed (exit {returncode}):\n" + "\n".join(output)[-4000:])
     return None
+
+
+def run_passing_progress(cmd: list[str], env: dict[str, str]) -> tuple[int, list[str]]:
+    """Run a worker, its stderr merged into its stdout; pass its progress lines on to our
+    stderr as they come (the rest is shown only if it fails). Returns (exit code, its lines)."""
+    output = []
+    with subprocess.Popen(
+        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        for line in proc.stdout or ():
+            output.append(line.rstrip("\n"))
+            if BENCH_PROGRESS_LINE.match(output[-1]):
+                print(output[-1], file=sys.stderr, flush=True)
+    return proc.returncode, output
 
 
 def wanted_kinds(args) -> list[str]:
@@ -208,7 +224,9 @@ def wanted_kinds(args) -> list[str]:
     return kinds
 
 
-def run_env(args, kinds: list[str]) -> tuple[list[dict], dict[str, list[dict]]]:
+def run_env(
+    args, kinds: list[str], progress: BenchProgress
+) -> tuple[list[dict], dict[str, list[dict]]]:
     args.model = args.model or resolve_model(args)  # one-time setup, outside timed intervals
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
     for r in range(args.rounds):
@@ -218,6 +236,7 @@ def run_env(args, kinds: list[str]) -> tuple[list[dict], dict[str, list[dict]]]:
             row = run_worker(kind, args)
             if row is not None:
                 runs[kind].append(row)
+            progress.tick()
     sides = []
     for rows in runs.values():
         if rows:
@@ -272,8 +291,9 @@ def main(argv=None) -> None:
     kinds = wanted_kinds(args)
     per_env = {env: for_env(args, env) for env in args.env}
     sides, runs = [], {}
+    progress = BenchProgress("end_to_end, runs", len(per_env) * args.rounds * len(kinds))
     for env, a in per_env.items():
-        env_sides, env_runs = run_env(a, kinds)
+        env_sides, env_runs = run_env(a, kinds, progress)
         sides += env_sides
         runs[env] = env_runs
     ratios = report(args, per_env, sides)

@@ -44,6 +44,7 @@ import torch
 from gspo_agents.models import ModelConfig, load_model, resolve_model
 from gspo_agents.rollout.engine import SamplingParams
 from gspo_agents.rollout.local_engine import LocalEngine
+from gspo_agents.tracking import BenchProgress
 
 
 @dataclass(slots=True)
@@ -175,6 +176,12 @@ async def bench(args) -> list[dict]:
     model = load_model(path)
     vocab, pad_id = model.config.vocab_size, model.config.eos_token_id or 0
     engine = LocalEngine(path, max_batch_size=args.batch, num_threads=args.threads)
+    configs = len(args.group_sizes) * len(args.prompt_lengths)
+    # in tokens (batch x max_new_tokens per run), as a run's time grows with them
+    progress = BenchProgress(
+        "max tokens sampled, ours + HF",
+        configs * sum(2 * args.repeats * args.batch * new for new in args.new_tokens),
+    )
     rows = []
     try:
         for group, plen in itertools.product(args.group_sizes, args.prompt_lengths):
@@ -186,7 +193,9 @@ async def bench(args) -> list[dict]:
                 runs: dict[str, list[Run]] = {"ours": [], "hf": []}
                 for r in range(args.repeats):
                     runs["ours"].append(await run_ours(engine, prompts, new, stops, f"{plen}-{r}"))
+                    progress.tick(progress.done + args.batch * new)
                     runs["hf"].append(run_hf(model, prompts, new, stops, pad_id))
+                    progress.tick(progress.done + args.batch * new)
                 rows.append(summarise(args.batch, group, plen, new, stops, runs))
                 print_row(rows[-1])
     finally:

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import time
 
+from gspo_agents.tracking import BenchProgress
 from sandbox import Sandbox, Verdict
 from sandbox.functional import function_call
 
@@ -36,8 +37,15 @@ async def main(args: argparse.Namespace) -> None:
     async with Sandbox.create(args.backend, max_concurrency=args.concurrency) as sb:
         program, tests = function_call(SOURCE, "Solution.twoSum", cases(args.tests))
         await sb.run(program, tests)  # warm-up: containers, page cache
+        progress = BenchProgress("submissions", args.submissions, min_interval_s=2.0)
+
+        async def judged():
+            result = await sb.run(program, tests)
+            progress.tick()
+            return result
+
         started = time.perf_counter()
-        results = await asyncio.gather(*(sb.run(program, tests) for _ in range(args.submissions)))
+        results = await asyncio.gather(*(judged() for _ in range(args.submissions)))
         wall = time.perf_counter() - started
     assert all(r.verdict is Verdict.OK for r in results), [r.verdict for r in results]
     total = args.submissions * args.tests

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from gspo_agents.tracking import BenchProgress
+
 RESULT = "RESULT "
 
 # Published shapes of the Qwen3 family (their config.json), built here with random weights: enough
@@ -62,16 +64,6 @@ def write_random_model(shape: str) -> str:
     model.save_pretrained(tmp)
     tmp.rename(out)
     return str(out)
-
-
-def progress(what: str, done: int, total: int, t0: float) -> None:
-    """`what: done/total | elapsed | eta` on stderr (stdout carries only RESULT lines)."""
-    from gspo_agents.tracking import format_duration
-
-    elapsed = time.perf_counter() - t0
-    eta = format_duration(elapsed / done * (total - done)) if done else "?"
-    print(f"  {what}: {done}/{total} | {format_duration(elapsed)} | eta {eta}",
-          file=sys.stderr, flush=True)  # fmt: skip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -172,10 +164,11 @@ def worker_ours(args) -> None:
     batch = make_batch(args, learner.model.config.vocab_size)
     floor, peak_gib = None, None  # the floor's model is loaded after ours' first update
     ours_t, floor_t, metrics = [], [], {}
-    t0, rounds = time.perf_counter(), 1 + args.repeats
+    rounds = 1 + args.repeats
+    progress = BenchProgress(f"ours x{learner.world_size}, updates", rounds)
     for i in range(rounds):  # the first round is the warm-up
         if learner.is_main:
-            progress(f"ours x{learner.world_size}, updates", i, rounds, t0)
+            progress.tick(i)
         b = replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * batch.loss_mask_BT)
         clock = Clock()  # the engine's log-probs above are not part of the update
         metrics = learner.update(b)
@@ -189,7 +182,7 @@ def worker_ours(args) -> None:
             floor()
             floor_t.append(clock.elapsed())
     if learner.is_main:
-        progress(f"ours x{learner.world_size}, updates", rounds, rounds, t0)
+        progress.tick(rounds)
         name = f"ours (GSPO, {learner.world_size} proc)"
         row = _row(name, learner.world_size, args, *_best(ours_t[1:]))
         row.update(device=str(learner.device), skipped_steps=metrics["skipped_steps"])
@@ -260,6 +253,7 @@ def worker_trl(args) -> None:
         report_to=[],
         save_strategy="no",
         logging_steps=10_000,
+        disable_tqdm=True,  # our progress line instead
         per_device_train_batch_size=per_step,
         gradient_accumulation_steps=1,
         steps_per_generation=steps_per_generation,
@@ -291,7 +285,9 @@ def worker_trl(args) -> None:
         def on_step_end(self, *a, **k):
             wall, cpu = self.clock.elapsed()
             self.steps.append((wall - self.generation[0], cpu - self.generation[1]))
+            progress.tick(len(self.steps))
 
+    progress = BenchProgress("TRL, optimizer steps", config.max_steps)
     timer = StepTimer()
 
     class TimedGRPO(GRPOTrainer):
@@ -408,6 +404,19 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def with_trl(args) -> bool:
+    if args.skip_trl:
+        return False
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        print(
+            "TRL not installed (pip install -e '.[bench]'); skipping the peer row", file=sys.stderr
+        )
+        return False
+    return True
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.random_model:
@@ -417,19 +426,18 @@ def main(argv=None) -> None:
         args.model = tiny_model_dir()
     if args.worker:
         torch.set_num_threads(args.threads)
-        {"ours": worker_ours, "trl": worker_trl}[args.worker](args)
+        if args.worker == "ours":  # a torchrun worker: see run_then_exit
+            from gspo_agents.learner.parallel import run_then_exit
+
+            run_then_exit(lambda: worker_ours(args))
+        worker_trl(args)
         return
-    rows = run_worker("ours", args) + run_worker("ours", args, nproc=args.nproc)
-    if not args.skip_trl:
-        try:
-            import trl  # noqa: F401
-        except ImportError:
-            print(
-                "TRL not installed (pip install -e '.[bench]'); skipping the peer row",
-                file=sys.stderr,
-            )
-        else:
-            rows += run_worker("trl", args)
+    runs = [("ours", 1), ("ours", args.nproc)] + ([("trl", 1)] if with_trl(args) else [])
+    progress = BenchProgress("learner_throughput, runs", len(runs))
+    rows = []
+    for kind, nproc in runs:
+        rows += run_worker(kind, args, nproc=nproc)
+        progress.tick()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(
         f"model: {args.model}  torch {torch.__version__}  cores: {os.cpu_count()}  "

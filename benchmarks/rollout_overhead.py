@@ -27,6 +27,7 @@ from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
 from gspo_agents.rollout.chat import ChatFormat
 from gspo_agents.rollout.engine import Generation, SamplingParams
 from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+from gspo_agents.tracking import BenchProgress
 from gspo_agents.trajectory import Trajectory
 
 
@@ -224,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tokenizer = load_tokenizer(resolve_model(ModelConfig(name="tiny")))
     rows = []
+    # in trajectories: a row's time grows with its size
+    progress = BenchProgress("trajectories, all rows", sum(args.sizes))
     for n in args.sizes:
         rows.append(asyncio.run(measure(tokenizer, n, args.turns, args.tokens_per_turn)))
+        progress.tick(progress.done + n)
         row = rows[-1]
         print(
             f"{n:>6} concurrent: manager {row.manager_ms_per_turn} ms/turn wall, "

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from gspo_agents.tracking import BenchProgress
+
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = {
     "python": "a, b = map(int, input().split())\nprint(a + b)\n",
@@ -82,7 +84,9 @@ def check(endpoint: str, reply: httpx.Response, want: Any) -> bool:
     return body["verdict"] == want
 
 
-async def measure(url: str, endpoint: str, lang: str, args: argparse.Namespace) -> dict[str, float]:
+async def measure(
+    url: str, endpoint: str, lang: str, args: argparse.Namespace, progress: BenchProgress
+) -> dict[str, float]:
     latencies: list[float] = []
     correct = 0
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -98,6 +102,7 @@ async def measure(url: str, endpoint: str, lang: str, args: argparse.Namespace) 
             reply = await client.post(endpoint, json=body)
             latencies.append(time.perf_counter() - start)
             correct += check(endpoint, reply, want)
+            progress.tick()
 
     async with httpx.AsyncClient(
         base_url=url, timeout=300, limits=httpx.Limits(max_connections=args.clients)
@@ -139,10 +144,14 @@ async def main() -> None:
     args = parser.parse_args()
     proc, url = start_server(args)
     rows = []
+    endpoints, langs = ("/run_code", "/judge"), ("python", "cpp")
+    progress = BenchProgress(
+        "requests, all rows", len(endpoints) * len(langs) * args.requests, min_interval_s=5.0
+    )
     try:
-        for endpoint in ("/run_code", "/judge"):
-            for lang in ("python", "cpp"):
-                stats = await measure(url, endpoint, lang, args)
+        for endpoint in endpoints:
+            for lang in langs:
+                stats = await measure(url, endpoint, lang, args, progress)
                 print(f"  measured {endpoint} {lang}: {stats}", file=sys.stderr)
                 rows.append((endpoint, lang, stats))
         rss = peak_rss_mb(proc.pid)

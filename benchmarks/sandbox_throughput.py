@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from gspo_agents.tracking import Progress
+from gspo_agents.tracking import BenchProgress
 from sandbox import Program, Sandbox, SandboxError, TestCase, image
 
 PY_SRC = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -195,7 +195,7 @@ class Row:
 
 
 async def measure_language(
-    lang: str, names: list[str], args: argparse.Namespace
+    lang: str, names: list[str], args: argparse.Namespace, progress: BenchProgress
 ) -> dict[str, Result]:
     """All rows in interleaved rounds, so drifting load from other work hits every row alike."""
     workdir = Path(tempfile.mkdtemp(prefix="sbbench-"))
@@ -205,15 +205,10 @@ async def measure_language(
         for row in rows:
             await row.setup(lang)
         subs = chunks(make_tests(args.tests), args.per_submission)
-        progress = Progress(len(subs))
         for r in range(0, len(subs), args.concurrency):
             for row in rows:
                 await row.run_round(lang, subs[r : r + args.concurrency])
-            done = min(r + args.concurrency, len(subs))
-            eta = progress.update(done)
-            print(
-                f"  {lang}: {done}/{len(subs)} submissions | eta {eta}", file=sys.stderr, flush=True
-            )
+            progress.tick(progress.done + len(subs[r : r + args.concurrency]))
         return {row.name: await row.close() for row in rows}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -231,8 +226,11 @@ async def main() -> None:
     args = parser.parse_args()
     rows = args.rows.split(",")
     results: dict[tuple[str, str], Result] = {}
-    for lang in ("python", "cpp"):
-        for name, result in (await measure_language(lang, rows, args)).items():
+    langs = ("python", "cpp")
+    submissions = len(chunks(make_tests(args.tests), args.per_submission))
+    progress = BenchProgress("submissions per row (python, cpp)", len(langs) * submissions)
+    for lang in langs:
+        for name, result in (await measure_language(lang, rows, args, progress)).items():
             results[name, lang] = result
             print(f"  measured {name:12s} {lang:6s} {result}", file=sys.stderr)
     print_table(rows, results, args)

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from gspo_agents.tracking import BenchProgress
 from sandbox import SandboxError, SessionPool, image
 from sandbox.backends.session_base import uid_processes
 from sandbox.backends.session_bwrap import marker_dir
@@ -46,12 +47,13 @@ def ms(values: list[float]) -> tuple[str, str]:
     return f"{1000 * statistics.median(values):.1f} ms", f"{1000 * p90:.1f} ms"
 
 
-async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> list[float]:
+async def timed(fn: Callable[[], Awaitable[Any]], n: int, progress: BenchProgress) -> list[float]:
     out = []
     for _ in range(n):
         t = time.perf_counter()
         await fn()
         out.append(time.perf_counter() - t)
+        progress.tick()
     return out
 
 
@@ -97,7 +99,7 @@ def mem_used_mb() -> float:
     return kb / 1024
 
 
-async def session_rows(backend: str, calls: int, starts: int) -> list[Row]:
+async def session_rows(backend: str, calls: int, starts: int, progress: BenchProgress) -> list[Row]:
     rows: list[Row] = []
     cold = SessionPool(backend, max_sessions=4, warm=0)
     await cold.start()
@@ -110,15 +112,16 @@ async def session_rows(backend: str, calls: int, starts: int) -> list[Row]:
                 await ws.exec("true")
                 t = time.perf_counter()
             leave.append(time.perf_counter() - t)
+            progress.tick()
         rows.append((f"{backend}: start cold", *ms(enter)))
         rows.append((f"{backend}: close", *ms(leave)))
         async with cold.session() as ws:
             await ws.exec("true")
             await ws.python("1")  # the kernel starts on first use
-            rows.append(
-                (f"{backend}: exec `true`", *ms(await timed(lambda: ws.exec("true"), calls)))
-            )
-            rows.append((f"{backend}: python `1`", *ms(await timed(lambda: ws.python("1"), calls))))
+            exec_s = await timed(lambda: ws.exec("true"), calls, progress)
+            rows.append((f"{backend}: exec `true`", *ms(exec_s)))
+            python_s = await timed(lambda: ws.python("1"), calls, progress)
+            rows.append((f"{backend}: python `1`", *ms(python_s)))
     finally:
         await cold.aclose()
     warm = SessionPool(backend, max_sessions=4, warm=2)
@@ -131,6 +134,7 @@ async def session_rows(backend: str, calls: int, starts: int) -> list[Row]:
             t = time.perf_counter()
             async with warm.session() as ws:
                 enter.append(time.perf_counter() - t)
+            progress.tick()
         rows.append((f"{backend}: start warm", *ms(enter)))
     finally:
         await warm.aclose()
@@ -144,18 +148,13 @@ async def run(argv: list[str]) -> int:
     return await proc.wait()
 
 
-async def baseline_rows(calls: int) -> list[Row]:
+async def baseline_rows(calls: int, progress: BenchProgress) -> list[Row]:
     rows: list[Row] = []
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    rows.append(
-        ("local subprocess: /bin/true", *ms(await timed(lambda: run(["/bin/true"]), calls)))
-    )
-    rows.append(
-        (
-            "local subprocess: python3 -c pass",
-            *ms(await timed(lambda: run([py, "-c", "pass"]), calls)),
-        )
-    )
+    true_s = await timed(lambda: run(["/bin/true"]), calls, progress)
+    rows.append(("local subprocess: /bin/true", *ms(true_s)))
+    python_s = await timed(lambda: run([py, "-c", "pass"]), calls, progress)
+    rows.append(("local subprocess: python3 -c pass", *ms(python_s)))
     docker = shutil.which("docker")
     if not docker:
         return rows + [("docker exec", "n/a", "no docker CLI")]
@@ -170,14 +169,16 @@ async def baseline_rows(calls: int) -> list[Row]:
     try:
         exec_true = [docker, "exec", name, "true"]
         exec_py = [docker, "exec", name, "python3", "-c", "pass"]
-        rows.append(("docker exec: true", *ms(await timed(lambda: run(exec_true), calls))))
-        rows.append(("docker exec: python3 -c pass", *ms(await timed(lambda: run(exec_py), calls))))
+        exec_true_s = await timed(lambda: run(exec_true), calls, progress)
+        rows.append(("docker exec: true", *ms(exec_true_s)))
+        exec_py_s = await timed(lambda: run(exec_py), calls, progress)
+        rows.append(("docker exec: python3 -c pass", *ms(exec_py_s)))
     finally:
         subprocess.run([docker, "rm", "-f", name], capture_output=True, timeout=60)
     return rows
 
 
-async def concurrent_rows(backend: str, n: int) -> list[Row]:
+async def concurrent_rows(backend: str, n: int, progress: BenchProgress) -> list[Row]:
     base_mem = mem_used_mb()
     pool = SessionPool(backend, max_sessions=n, warm=0)
     await pool.start()
@@ -189,6 +190,7 @@ async def concurrent_rows(backend: str, n: int) -> list[Row]:
         async with pool.session() as ws:
             ok = (await ws.exec(f"echo {i}")).stdout == f"{i}\n"
             up.append(1)
+            progress.tick()
             if len(up) == n:
                 ready.set()
             await ready.wait()
@@ -231,19 +233,32 @@ async def main() -> None:
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--concurrent", type=int, default=64)
     args = parser.parse_args()
+    backends, baseline_calls = args.backends.split(","), min(args.calls, 30)
+    # in timed samples (a session started, a call answered), so the ETA spans every row; after
+    # each part the count moves on to its plan (an unavailable backend takes no samples)
+    per_backend = 2 * args.starts + 2 * args.calls
+    total = len(backends) * (per_backend + args.concurrent) + 4 * baseline_calls
+    progress = BenchProgress("samples, all rows", total, min_interval_s=5.0)
     rows: list[Row] = []
-    for backend in args.backends.split(","):
+    planned = 0
+    for backend in backends:
         try:
-            rows += await session_rows(backend, args.calls, args.starts)
+            rows += await session_rows(backend, args.calls, args.starts, progress)
         except SandboxError as exc:
             rows.append((backend, "n/a", str(exc)[:100]))
-    rows += await baseline_rows(min(args.calls, 30))
+        planned += per_backend
+        progress.tick(planned)
+    rows += await baseline_rows(baseline_calls, progress)
+    planned += 4 * baseline_calls
+    progress.tick(planned)
     if args.concurrent:
-        for backend in args.backends.split(","):
+        for backend in backends:
             try:
-                rows += await concurrent_rows(backend, args.concurrent)
+                rows += await concurrent_rows(backend, args.concurrent, progress)
             except SandboxError as exc:
                 rows.append((f"{backend}: concurrent", "n/a", str(exc)[:100]))
+            planned += args.concurrent
+            progress.tick(planned)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("| what | p50 | p90 / note |\n|---|---|---|")
     for what, a, b in rows:

@@ -10,11 +10,15 @@ With one process this is a thin pass-through: no broadcasts at all.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -74,16 +78,51 @@ def follow(learner) -> None:
         getattr(learner, name)(*args)
 
 
+RANK0_PIDFILE = "GSPO_AGENTS_RANK0_PIDFILE"
+
+
 def relaunch_under_torchrun(nproc: int, argv: list[str]) -> int:
-    """Re-run this command with `nproc` learner processes; returns torchrun's exit code."""
+    """Re-run this command with `nproc` learner processes; returns torchrun's exit code.
+
+    torchrun runs in its own session, so Ctrl-C in the terminal reaches only this launcher. The
+    launcher hands SIGINT and SIGTERM to rank 0 alone, which stops after its step and writes the
+    checkpoint with the followers (they need no signal: rank 0 tells them). torchrun itself
+    turns a signal into a traceback and a SIGTERM to every worker, so it must not get one.
+    Before rank 0 has started (nothing to keep yet) a signal stops the whole group."""
     torchrun = shutil.which("torchrun")
     cmd = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
     cmd += ["--standalone", f"--nproc_per_node={nproc}", "-m", "gspo_agents.train", *argv]
-    env = dict(os.environ, GSPO_AGENTS_LAUNCHED="1")
-    # Ctrl-C reaches torchrun and its workers too; this launcher just waits for them to stop
-    # (subprocess.call would kill torchrun at once, before rank 0 writes its checkpoint).
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        return subprocess.call(cmd, env=env)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with tempfile.TemporaryDirectory(prefix="gspo-launch-") as tmp:
+        pidfile = Path(tmp) / "rank0.pid"
+        env = dict(os.environ, GSPO_AGENTS_LAUNCHED="1", **{RANK0_PIDFILE: str(pidfile)})
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+
+        def forward(sig: int, frame: object) -> None:
+            try:
+                os.kill(int(pidfile.read_text()), sig)
+            except (OSError, ValueError):  # rank 0 not started yet, or already gone
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def announce_rank0() -> None:
+    """Rank 0 under our launcher: tell it where to send the user's Ctrl-C."""
+    path = os.environ.get(RANK0_PIDFILE)
+    if path and os.environ.get("RANK") == "0":
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(str(os.getpid()))
+        tmp.replace(path)  # the launcher never reads half a pid
+
+
+def _die_with_parent() -> None:
+    """torchrun gets SIGTERM if the launcher dies, even by SIGKILL (Linux prctl)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

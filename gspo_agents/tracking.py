@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -96,17 +98,72 @@ class Progress:
     """ETA of a loop of `total` units from the pace of the units done in this process (a resumed
     run's earlier steps took place elsewhere in time); "?" until one unit is done."""
 
-    def __init__(self, total: int | None, done_before: int = 0) -> None:
+    def __init__(
+        self, total: int | None, done_before: int = 0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.total = total
         self._first = done_before  # units done before this session (a resumed run's steps)
-        self._t0 = time.monotonic()
+        self._clock = clock
+        self._t0 = clock()
+
+    @property
+    def elapsed_s(self) -> float:
+        return self._clock() - self._t0
 
     def update(self, done: int) -> str:
         """`done` units are finished now; returns the ETA of the rest."""
         if self.total is None or done <= self._first:
             return "?"
-        rate_s = (time.monotonic() - self._t0) / (done - self._first)
+        rate_s = self.elapsed_s / (done - self._first)
         return format_duration(rate_s * max(self.total - done, 0))
+
+
+# A BenchProgress line, so a parent that captures a worker's output can pass these lines on.
+BENCH_PROGRESS_LINE = re.compile(r"^  [^|\n]+: \d+(/\d+)? \| \S+ \| eta \S+$")
+
+
+class BenchProgress:
+    """A benchmark's progress line on stderr, `  what: done/total | elapsed | eta 1m05s`, so a
+    long run never looks hung; stdout stays for the benchmark's table and RESULT lines.
+
+    Units are whatever the benchmark counts (requests, repeats, table rows); weight them by cost
+    (e.g. trajectories rather than rows of different sizes) for an honest ETA. `min_interval_s`
+    thins out lines for fast units; the first and the last tick always print, and a tick that
+    moves nothing on prints nothing."""
+
+    def __init__(
+        self,
+        what: str,
+        total: int | None,
+        *,
+        min_interval_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        stream: IO[str] | None = None,
+    ) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self._progress = Progress(total, clock=clock)
+        self._min_interval_s, self._last_print_s = min_interval_s, -math.inf
+        self._printed_done: int | None = None
+        self._stream = stream  # None: sys.stderr at print time (pytest's capsys replaces it)
+
+    def tick(self, done: int | None = None) -> str:
+        """`done` units are finished now (default: one more than before); prints the line
+        unless it was printed already or one was printed under `min_interval_s` ago; returns it."""
+        self.done = self.done + 1 if done is None else done
+        line = self.line()
+        now = self._progress.elapsed_s
+        final = self.total is not None and self.done >= self.total
+        due = final or now - self._last_print_s >= self._min_interval_s
+        if due and self.done != self._printed_done:
+            self._last_print_s, self._printed_done = now, self.done
+            print(line, file=self._stream or sys.stderr, flush=True)
+        return line
+
+    def line(self) -> str:
+        total = "" if self.total is None else f"/{self.total}"
+        elapsed = format_duration(self._progress.elapsed_s)
+        eta = self._progress.update(self.done)
+        return f"  {self.what}: {self.done}{total} | {elapsed} | eta {eta}"
 
 
 def format_duration(seconds: float) -> str:

@@ -282,7 +282,9 @@ def main(cfg: DictConfig) -> None:
 
         sys.exit(relaunch_under_torchrun(cfg.trainer.nproc, sys.argv[1:]))
     from gspo_agents.cli import user_errors_as_one_line
+    from gspo_agents.learner_group import announce_rank0
 
+    announce_rank0()
     with user_errors_as_one_line():
         summary = run(cfg, sys.argv[1:])
     print(f"done: {summary}", file=sys.stderr)
@@ -292,7 +294,10 @@ def cli() -> None:
     """`python -m gspo_agents.train`: overrides checked first (with a did-you-mean), then Hydra;
     user errors end in one clear line, not a traceback."""
     from gspo_agents.cli import run_cli
+    from gspo_agents.learner.parallel import launched_by_torchrun, run_then_exit
 
+    if launched_by_torchrun():  # a learner rank: no interpreter finalization (see run_then_exit)
+        run_then_exit(lambda: run_cli(main, check_overrides))
     run_cli(main, check_overrides)
 
 

@@ -30,4 +30,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from gspo_agents.learner.parallel import run_then_exit
+
+    run_then_exit(main)

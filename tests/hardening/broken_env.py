@@ -6,6 +6,9 @@ users to do with their own envs.
 
 from __future__ import annotations
 
+import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -14,6 +17,9 @@ from envs.arithmetic import ArithmeticEnv
 
 STEP_RAISES = "broken/StepRaises-v0"
 STRING_MESSAGES = "broken/StringMessages-v0"
+HANGS = "broken/HangsAfter-v0"
+HANG_AFTER = "BROKEN_ENV_HANG_AFTER"  # steps graded normally in this process before all hang
+HANG_MARKER = "BROKEN_ENV_HANG_MARKER"  # a file created when the first step hangs
 
 
 class StepRaisesEnv(ArithmeticEnv):
@@ -29,7 +35,27 @@ class StringMessagesEnv(ArithmeticEnv):
         return "What is 1 + 1?"  # a string where a list of messages belongs
 
 
+class HangsAfterEnv(ArithmeticEnv):
+    """Grades normally until $BROKEN_ENV_HANG_AFTER env steps were taken in this process, then
+    every step waits forever: a rollout collection that only a second Ctrl-C can end."""
+
+    steps_taken = 0
+
+    async def astep(self, action: str):
+        HangsAfterEnv.steps_taken += 1
+        if HangsAfterEnv.steps_taken > int(os.environ.get(HANG_AFTER, "1000000000")):
+            if os.environ.get(HANG_MARKER):
+                Path(os.environ[HANG_MARKER]).touch()
+            await asyncio.Event().wait()
+        return await super().astep(action)
+
+
 def register() -> None:
-    for env_id, cls in ((STEP_RAISES, StepRaisesEnv), (STRING_MESSAGES, StringMessagesEnv)):
+    envs = (
+        (STEP_RAISES, StepRaisesEnv),
+        (STRING_MESSAGES, StringMessagesEnv),
+        (HANGS, HangsAfterEnv),
+    )
+    for env_id, cls in envs:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=cls, disable_env_checker=True)

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import broken_env
@@ -106,13 +107,88 @@ def test_ctrl_c_checkpoints_and_the_same_command_resumes(tmp_path):
     assert [r["step"] for r in metric_rows(run_dir)] == [1]
 
 
-def run_with_env(tmp_path: Path, env_id: str, *overrides: str) -> subprocess.CompletedProcess:
+def env_cmd(run_dir: Path, env_id: str, *overrides: str) -> tuple[list[str], dict[str, str]]:
+    """The train command on one of broken_env's envs (registered as a user registers theirs)."""
     broken_env.register()
     boot = "import broken_env; broken_env.register(); from gspo_agents.train import cli; cli()"
-    cmd = train_cmd(tmp_path / "run", f"env.name={env_id}", *overrides)
+    cmd = train_cmd(run_dir, f"env.name={env_id}", *overrides)
     cmd[1:3] = ["-c", boot]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+    return cmd, env
+
+
+def run_with_env(tmp_path: Path, env_id: str, *overrides: str) -> subprocess.CompletedProcess:
+    cmd, env = env_cmd(tmp_path / "run", env_id, *overrides)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_a_second_ctrl_c_abandons_rollouts_that_never_finish(tmp_path):
+    """Step 2's env steps hang forever: the first Ctrl-C cannot end the step, the second abandons
+    its rollouts; the checkpoint holds step 1, and the same command resumes from it."""
+    run_dir, log, hung = tmp_path / "run", tmp_path / "first.log", tmp_path / "hung"
+    cmd, env = env_cmd(run_dir, broken_env.HANGS, LONG)
+    # step 1 is 2 tasks x 4 samples = 8 env steps; every later one hangs
+    hang = {broken_env.HANG_AFTER: "8", broken_env.HANG_MARKER: str(hung)}
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**env, **hang})
+    try:
+        wait_for(hung.exists, 600, "step 2's first env step (which hangs)", proc)
+        proc.send_signal(signal.SIGINT)
+        wait_for(
+            lambda: "stopping after this step" in log.read_text(), 60, "the first SIGINT", proc
+        )
+        time.sleep(1)
+        assert proc.poll() is None, "the first Ctrl-C must not end a step that has not finished"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out1 = log.read_text()
+    assert "SIGINT: abandoning this step's rollouts" in out1
+    assert "abandoned step 2" in out1
+    assert "stopped after step 1/200" in out1
+    assert "Traceback" not in out1
+    assert [r["step"] for r in metric_rows(run_dir)] == [1]
+
+    resumed = subprocess.run(
+        cmd[:-1] + ["trainer.steps=2"], capture_output=True, text=True, timeout=600, env=env
+    )  # no hang this time
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step 1" in resumed.stderr
+    assert [r["step"] for r in metric_rows(run_dir)] == [1, 2]
+
+
+def test_ctrl_c_with_two_learner_processes_stops_cleanly_and_resumes(tmp_path):
+    """`trainer.nproc=2`: Ctrl-C in a terminal signals the whole foreground process group. Only
+    rank 0 may act on it (torchrun would answer with a traceback and SIGTERM to every worker):
+    the step finishes, both ranks write the checkpoint, everything exits 0; the same command
+    resumes."""
+    run_dir, log = tmp_path / "run", tmp_path / "first.log"
+    with log.open("w") as out:  # its own process group, as a terminal's foreground job
+        proc = subprocess.Popen(
+            train_cmd(run_dir, LONG, "trainer.nproc=2"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: len(metric_rows(run_dir)) >= 2, 600, "2 steps", proc)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out1 = log.read_text()
+    k = metric_rows(run_dir)[-1]["step"]
+    assert f"stopped after step {k}/200" in out1
+    assert "Traceback" not in out1 and "SignalException" not in out1
+    assert out1.count("SIGINT: stopping after this step") == 1  # rank 0 alone was told
+
+    again = train(run_dir, "trainer.steps=" + str(k + 1), "trainer.nproc=2", timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from step {k}" in again.stderr
+    assert [r["step"] for r in metric_rows(run_dir)] == list(range(1, k + 2))
 
 
 def test_a_custom_env_that_always_raises_stops_the_run_with_its_traceback(tmp_path):
