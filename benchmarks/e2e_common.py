@@ -113,7 +113,7 @@ def resolve_model(args) -> str:
 
     if not args.sft:
         return resolve(ModelConfig(name="tiny"))
-    from gspo_agents.train import resolve_start_model
+    from gspo_agents.components import resolve_start_model
 
     cfg = compose([*env_overrides(args), "model=tiny"])
     return resolve_start_model(cfg, make_env(args))

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from envs.base import Message
-from envs.errors import InfraError, TaskError
+from envs.errors import TaskError
 from envs.math.boxed import aextract_answer
 from envs.math.env import MathEnv
-from envs.tools import ToolEnv, ToolError, tool
+from envs.tools import ToolEnv, tool
 from envs.tools.session import EpisodeSession
 
 PROMPT = "{question}\n\nUse the python tool if it helps. Put your final answer in \\boxed{{}}."
@@ -96,18 +96,9 @@ class MathToolV1Env(ToolEnv):
         Args:
             code: the code; the value of a final expression is printed.
         """
-        from sandbox import SandboxError
-        from sandbox.session_api import SessionBudgetExceeded
-
-        try:
-            result = await self.session.require().python(code, timeout_s=self.code_time_s)
-        except SessionBudgetExceeded as exc:
-            self.end_episode()
-            self._outcome["budget_exhausted"] = True
-            raise ToolError(f"the session's compute budget is spent ({exc})") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
-        return result.render() or "(no output)"
+        return await self.session.call(
+            "python", code, timeout_s=self.code_time_s, on_budget_spent=self.end_episode
+        )
 
     # -- reward ---------------------------------------------------------------------------------
     async def final_reward(self, text: str | None) -> float:
@@ -131,5 +122,5 @@ class MathToolV1Env(ToolEnv):
             "parsed_answer": self._outcome.get("parsed_answer"),
             "correct": bool(self._outcome.get("correct", False)),
             "gold": self._outcome.get("gold"),
-            "budget_exhausted": bool(self._outcome.get("budget_exhausted", False)),
+            "budget_exhausted": self.session.budget_exhausted,
         }

@@ -143,8 +143,8 @@ def cold_start(arm: str, extra: list[str]) -> str:
     from hydra import compose, initialize_config_dir
 
     import envs
+    from gspo_agents.components import resolve_start_model
     from gspo_agents.config import CONFIG_DIR, register_schemas
-    from gspo_agents.train import resolve_start_model
 
     register_schemas()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):

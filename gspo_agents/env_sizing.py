@@ -8,7 +8,8 @@ turn, 300 steps) unless its class declares `default_sizing`, e.g.
         default_sizing = {"rollout.max_new_tokens_per_turn": 64, "trainer.steps": 100}
 
 Declared values apply unless the same key is given explicitly (command line or API overrides);
-an env that declares nothing is told, once, which sizing it inherits.
+an env that declares nothing is told, once, which sizing it inherits. `check_prompt_fits` then
+rejects a context budget that the env's prompts leave no room to generate in.
 """
 
 from __future__ import annotations
@@ -71,3 +72,22 @@ def needs_sandbox(env_name: str) -> bool:
     import envs
 
     return bool(getattr(envs.env_class(env_name), "needs_sandbox", False))
+
+
+def check_prompt_fits(cfg: DictConfig, env, tasks: list[dict], tokenizer) -> None:
+    """Reject a context budget that leaves no room to generate after the longest prompt (of the
+    first 256 tasks), instead of training on nothing."""
+    from gspo_agents.rollout.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    longest = 0
+    for task in tasks[:256]:
+        messages, _ = env.reset(options={"task": task})
+        if isinstance(messages, list):  # malformed messages are reported per trajectory
+            longest = max(longest, len(chat.prompt_ids(messages)))
+    if longest and longest >= cfg.rollout.max_context_tokens:
+        raise ValueError(
+            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} leaves no room to "
+            f"generate: the longest prompt of {cfg.env.name} is {longest} tokens; set "
+            f"rollout.max_context_tokens to at least {longest + cfg.rollout.max_new_tokens_per_turn}"
+        )

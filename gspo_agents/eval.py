@@ -103,9 +103,9 @@ def resolve_eval_model(cfg: DictConfig) -> str:
 
 async def evaluate(cfg: DictConfig) -> EvalReport:
     import envs
+    from gspo_agents.components import build_engine, build_env_factory, build_sandbox
     from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
-    from gspo_agents.train import build_engine, build_env_factory, build_sandbox
 
     env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     env = envs.make(cfg.env.name, **env_kwargs)

@@ -6,6 +6,7 @@
   are dropped; the checkpoint holds the last completed step). An optimizer update in progress is
   never abandoned half-way: the checkpoint would hold a model no step produced.
 - Further ones say that the checkpoint is being written (SIGKILL exits without one).
+- `say_stopped`: after a stop before the last step, where the checkpoint is and how to resume.
 
 Used by train.py's loop only; everything before the loop (model build, cold start) ends on
 Ctrl-C with KeyboardInterrupt, which the CLI reports in one line.
@@ -17,6 +18,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -70,6 +72,15 @@ class StopSignals:
             raise
         finally:
             self._collecting = None
+
+
+def say_stopped(step: int, steps: int, checkpoint: Path) -> None:
+    print(
+        f"stopped after step {step}/{steps}; checkpoint {checkpoint}. "
+        "Run the same command again to resume.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _say(message: str) -> None:

@@ -8,25 +8,38 @@
 - `write_config`: the resolved config of this training, written only once the command has been
   accepted and the directory locked, so a rejected command changes nothing in an existing run.
 - `tee_to_log`: everything the console shows (stdout and stderr) also goes to `RUN_DIR/train.log`.
+- `own_run_dir`: all of the above for one training, in that order; the exception that ends the
+  training goes into train.log with its traceback.
+- `resume_from_checkpoint`: the step a resumed run continues from; `finish_run`: the checkpoint
+  and weights of the last completed step; `keep_latest_weights`: one weights export, the latest.
 
-This module knows nothing of models or rollouts; train.py calls it before building either.
+This module knows nothing of models or rollouts; train.py calls it before building either (and
+hands the checkpoint functions a learner that can save, load and export).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
+import shutil
 import sys
 import time
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
+
+from gspo_agents.tracking import drop_rows_after
 
 LOCK_FILE = ".lock"
 LOG_FILE = "train.log"
 CONFIG_FILE = "config.yaml"
 CHECKPOINT = "checkpoint"
-RUN_MARKERS = ("metrics.jsonl", CHECKPOINT, f"{CHECKPOINT}.old", f"{CHECKPOINT}.prev", "weights")
+WEIGHTS = "weights"
+RUN_MARKERS = ("metrics.jsonl", CHECKPOINT, f"{CHECKPOINT}.old", f"{CHECKPOINT}.prev", WEIGHTS)
 
 
 class RunDirError(RuntimeError):
@@ -185,3 +198,69 @@ def log_only(text: str) -> None:
     for f in _active_logs[-1:]:
         f.write(text if text.endswith("\n") else text + "\n")
         f.flush()
+
+
+@contextlib.contextmanager
+def own_run_dir(run_dir: Path, resume: bool, config: Any) -> Iterator[bool]:
+    """Own the run dir for this training (lock, console log, config); yields whether to resume.
+
+    Nothing is written into the run dir before the lock is held, and an old run is moved aside,
+    never deleted, before a training starts over in its place."""
+    check_writable(run_dir)
+    lock = RunDirLock(run_dir).acquire()
+    try:
+        plan = plan_start(run_dir, resume)
+        with tee_to_log(run_dir):
+            configure_logging()
+            write_config(run_dir / CONFIG_FILE, config)
+            print(plan.message, file=sys.stderr, flush=True)
+            try:
+                yield plan.resume
+            except BaseException as exc:  # the reason goes into train.log too, then on up
+                log_only("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                raise
+    finally:
+        lock.release()
+
+
+def configure_logging() -> None:
+    """Library and module log records go to the console (and so to train.log), INFO and up."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    for noisy in ("httpx", "httpcore", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class Checkpointable(Protocol):
+    def load_checkpoint(self, ckpt_dir: str) -> dict: ...
+    def save_checkpoint(self, ckpt_dir: str, extra_state: dict) -> None: ...
+    def export_hf(self, out_dir: str) -> str: ...
+
+
+def resume_from_checkpoint(learner: Checkpointable, run_dir: Path) -> int:
+    """Load the run's checkpoint (falling back to the one before it if it is unreadable); its
+    step's later metric rows go, so each step is logged once."""
+    start_step = int(learner.load_checkpoint(str(run_dir / CHECKPOINT)).get("step", 0))
+    drop_rows_after(run_dir, start_step)
+    print(f"resuming from step {start_step}", file=sys.stderr, flush=True)
+    return start_step
+
+
+def finish_run(learner: Checkpointable, run_dir: Path, step: int) -> None:
+    """The checkpoint and exported weights of the last completed step."""
+    learner.save_checkpoint(str(run_dir / CHECKPOINT), {"step": step})
+    final = run_dir / WEIGHTS / f"step{step}"
+    if not final.exists():  # the last step may have had no signal: export what we have
+        learner.export_hf(str(final))
+        keep_latest_weights(run_dir, final.name)
+
+
+def keep_latest_weights(run_dir: Path, keep: str) -> None:
+    """Remove every exported weights dir in RUN_DIR/weights but `keep`."""
+    for child in (run_dir / WEIGHTS).iterdir():
+        if child.name != keep:
+            shutil.rmtree(child, ignore_errors=True)

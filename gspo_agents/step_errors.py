@@ -8,7 +8,8 @@ marked `error`, counted and never trained on. This module makes those failures v
   then one line per step while it recurs (the console line's `errors` column counts them every
   step); train.log gets the console's lines and, every step, each kind's first traceback;
 - `FailedSteps`: stop the run with a clear message after `limit` consecutive steps in which not
-  one trajectory could be trained on (every one failed), instead of "training" on nothing.
+  one trajectory could be trained on (every one failed), instead of "training" on nothing;
+- `RunErrors`: both, step after step, for the training loop.
 """
 
 from __future__ import annotations
@@ -101,3 +102,17 @@ class FailedSteps:
                 "(your env, the engine, the sandbox), or allow more failed steps with "
                 "trainer.max_failed_steps=N (0: never stop)"
             )
+
+
+class RunErrors:
+    """The training loop's view of failed trajectories: each step's report shown (a kind's
+    traceback the first time the run sees it) and the run stopped by `FailedSteps`."""
+
+    def __init__(self, max_failed_steps: int, log_only: Callable[[str], None]) -> None:
+        self.failed_steps = FailedSteps(max_failed_steps)
+        self.seen: set[str] = set()
+        self.log_only = log_only
+
+    def after_step(self, step: int, report: ErrorReport) -> None:
+        report.show(step, self.seen, log_only=self.log_only)
+        self.failed_steps.record(step, report)

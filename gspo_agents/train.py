@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import random
-import shutil
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import hydra
@@ -23,11 +20,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents import rundir
 from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
+from gspo_agents.components import (
+    build_engine,
+    build_env_factory,
+    build_sandbox,
+    check_engine_answers,
+    resolve_start_model,
+)
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
-from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, needs_sandbox
-from gspo_agents.interrupt import StepAbandoned, StopSignals
-from gspo_agents.step_errors import ErrorReport, FailedSteps, RunStalled
-from gspo_agents.tracking import RunTracker, drop_rows_after
+from gspo_agents.env_sizing import apply_env_sizing, check_prompt_fits, explicit_keys
+from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
+from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled
+from gspo_agents.tracking import RunTracker
 
 CONSOLE_KEYS = [
     "reward_mean",
@@ -38,64 +42,6 @@ CONSOLE_KEYS = [
     "errors",
     "step_time_s",
 ]
-
-
-def build_env_factory(cfg: DictConfig, sandbox):
-    import envs
-
-    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
-    extra = {"sandbox": sandbox} if sandbox is not None else {}
-
-    def factory():
-        return envs.make(cfg.env.name, **kwargs, **extra)
-
-    return factory
-
-
-def build_sandbox(cfg: DictConfig, env_name: str):
-    """A shared sandbox for envs whose class declares `needs_sandbox` (they run code)."""
-    if not needs_sandbox(env_name):
-        return None
-    from sandbox import Sandbox
-
-    return Sandbox.create(
-        cfg.sandbox.backend,
-        max_concurrency=cfg.sandbox.max_concurrency,
-        allow_unsafe_local=cfg.sandbox.allow_unsafe_local,
-    )
-
-
-def build_engine(cfg: DictConfig, model_dir: str, seed: int):
-    if cfg.engine.kind == "local":
-        from gspo_agents.rollout.local_engine import LocalEngine
-
-        return LocalEngine(
-            model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed, dtype=cfg.engine.dtype
-        )
-    from gspo_agents.rollout.sglang_engine import SGLangEngine
-
-    return SGLangEngine(
-        list(cfg.engine.urls),
-        connect_timeout_s=cfg.engine.connect_timeout_s,
-        request_timeout_s=cfg.engine.request_timeout_s,
-    )
-
-
-async def check_engine_answers(cfg: DictConfig) -> None:
-    """Fail in seconds, naming the URLs, when no engine worker answers; otherwise every
-    trajectory of every step would quietly end as an engine error."""
-    engine = build_engine(cfg, "", cfg.trainer.seed)
-    try:
-        healthy = await engine.health()
-    finally:
-        await engine.close()
-    if not healthy:
-        raise RuntimeError(
-            f"no SGLang worker answers at engine.urls={list(cfg.engine.urls)} (GET /health "
-            f"within engine.connect_timeout_s={cfg.engine.connect_timeout_s}); start them with "
-            "`python -m sglang.launch_server --model-path ... --port ...` (or "
-            "`python -m gspo_agents.serve` on CPU) or fix engine.urls"
-        )
 
 
 def build_learner(cfg: DictConfig, model_dir: str):
@@ -124,24 +70,6 @@ def build_learner(cfg: DictConfig, model_dir: str):
     return Learner(model_dir, learner_cfg)
 
 
-def resolve_start_model(cfg: DictConfig, env) -> str:
-    from gspo_agents.models import ModelConfig, resolve_model
-    from gspo_agents.sft import ensure_cold_start
-
-    model_dir = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
-    if cfg.trainer.sft.enabled and cfg.model.name != "hf":
-        model_dir = ensure_cold_start(
-            model_dir,
-            env,
-            cfg.env.name,
-            OmegaConf.to_container(cfg.env.kwargs, resolve=True),
-            OmegaConf.to_container(cfg.trainer.sft, resolve=True),
-            train_split=cfg.env.train_split,
-            seed=cfg.trainer.seed,
-        )
-    return model_dir
-
-
 async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int):
     """Consumes task rows; produces one optimizer update per step and fresh engine weights.
 
@@ -151,8 +79,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     """
     t = cfg.trainer
     step = start_step
-    failed_steps = FailedSteps(t.max_failed_steps)
-    seen_errors: set[str] = set()
+    errors = RunErrors(t.max_failed_steps, log_only=rundir.log_only)
     with StopSignals() as signals:
         if t.async_rollouts:  # generation of step k+1 overlaps the update of step k
             manager.start_prefetch(tasks_for_step(tasks, start_step, t.tasks_per_step, t.seed))
@@ -167,24 +94,18 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
-                report.show(step, seen_errors, log_only=rundir.log_only)
-                failed_steps.record(step, report)
+                errors.after_step(step, report)
                 if t.save_every_steps and step % t.save_every_steps == 0 and step < t.steps:
                     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
         except StepAbandoned:
             print(f"abandoned step {step + 1}", file=sys.stderr, flush=True)
         except RunStalled:  # after a complete step: its state is sound, keep it
-            finish_run(learner, run_dir, step)
+            rundir.finish_run(learner, run_dir, step)
             raise
         # Any other exception may have struck mid-update: the last periodic checkpoint stands.
-        finish_run(learner, run_dir, step)
+        rundir.finish_run(learner, run_dir, step)
     if step < t.steps:
-        print(
-            f"stopped after step {step}/{t.steps}; checkpoint {run_dir / 'checkpoint'}. "
-            "Run the same command again to resume.",
-            file=sys.stderr,
-            flush=True,
-        )
+        say_stopped(step, t.steps, run_dir / "checkpoint")
     return step
 
 
@@ -225,17 +146,8 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
             learner.export_hf, str(run_dir / "weights" / f"step{step + 1}")
         )
         await manager.update_weights(weights, version=step + 1)
-        _keep_latest(run_dir / "weights", Path(weights).name)
+        rundir.keep_latest_weights(run_dir, Path(weights).name)
     return metrics
-
-
-def finish_run(learner, run_dir: Path, step: int) -> None:
-    """The checkpoint and exported weights of the last completed step."""
-    learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
-    final = run_dir / "weights" / f"step{step}"
-    if not final.exists():  # the last step may have had no signal: export what we have
-        learner.export_hf(str(final))
-        _keep_latest(run_dir / "weights", final.name)
 
 
 async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
@@ -273,12 +185,6 @@ def quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def _keep_latest(weights_root: Path, keep: str) -> None:
-    for child in weights_root.iterdir():
-        if child.name != keep:
-            shutil.rmtree(child, ignore_errors=True)
-
-
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
@@ -289,42 +195,13 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     if cfg.engine.kind == "sglang":
         asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
     process = init_process()  # joins torchrun's process group; a no-op for one process
-    with contextlib.ExitStack() as stack:
-        resume = open_run_dir(cfg, stack) if process.rank == 0 else False
-        try:
-            return _run(cfg, process, resume)
-        except BaseException as exc:  # the reason goes into train.log too, then on up
-            rundir.log_only("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            raise
-
-
-def open_run_dir(cfg: DictConfig, stack: contextlib.ExitStack) -> bool:
-    """Own the run dir for this training (lock, console log, config); returns whether to resume.
-
-    Nothing is written into the run dir before the lock is held, and an old run is moved aside,
-    never deleted, before a training starts over in its place."""
-    run_dir = Path(cfg.trainer.run_dir)
-    rundir.check_writable(run_dir)
-    lock = rundir.RunDirLock(run_dir).acquire()
-    stack.callback(lock.release)
-    plan = rundir.plan_start(run_dir, cfg.trainer.resume)
-    stack.enter_context(rundir.tee_to_log(run_dir))
-    configure_logging()
-    rundir.write_config(run_dir / rundir.CONFIG_FILE, cfg)
-    print(plan.message, file=sys.stderr, flush=True)
-    return plan.resume
-
-
-def configure_logging() -> None:
-    """Library and module log records go to the console (and so to train.log), INFO and up."""
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
+    owned = (
+        rundir.own_run_dir(Path(cfg.trainer.run_dir), cfg.trainer.resume, cfg)
+        if process.rank == 0
+        else contextlib.nullcontext(False)
     )
-    for noisy in ("httpx", "httpcore", "urllib3", "filelock"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    with owned as resume:
+        return _run(cfg, process, resume)
 
 
 def _run(cfg: DictConfig, process, resume: bool) -> dict:
@@ -349,7 +226,7 @@ def _run(cfg: DictConfig, process, resume: bool) -> dict:
         close_process(process)
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
-    start_step = resume_from_checkpoint(learner, run_dir) if resume else 0
+    start_step = rundir.resume_from_checkpoint(learner, run_dir) if resume else 0
     sandbox = build_sandbox(cfg, cfg.env.name)
     engine = build_engine(cfg, model_dir, t.seed)
     tracker = RunTracker(
@@ -392,34 +269,6 @@ def _run(cfg: DictConfig, process, resume: bool) -> dict:
         learner.close()
         close_process(process)
     return {"run_dir": str(run_dir), "final_step": final_step, "wandb_dir": wandb_dir}
-
-
-def resume_from_checkpoint(learner, run_dir: Path) -> int:
-    """Load the run's checkpoint (falling back to the one before it if it is unreadable); its
-    step's later metric rows go, so each step is logged once."""
-    start_step = int(learner.load_checkpoint(str(run_dir / "checkpoint")).get("step", 0))
-    drop_rows_after(run_dir, start_step)
-    print(f"resuming from step {start_step}", file=sys.stderr, flush=True)
-    return start_step
-
-
-def check_prompt_fits(cfg: DictConfig, env, tasks: list[dict], tokenizer) -> None:
-    """Reject a context budget that leaves no room to generate after the longest prompt (of the
-    first 256 tasks), instead of training on nothing."""
-    from gspo_agents.rollout.chat import ChatFormat
-
-    chat = ChatFormat(tokenizer)
-    longest = 0
-    for task in tasks[:256]:
-        messages, _ = env.reset(options={"task": task})
-        if isinstance(messages, list):  # malformed messages are reported per trajectory
-            longest = max(longest, len(chat.prompt_ids(messages)))
-    if longest and longest >= cfg.rollout.max_context_tokens:
-        raise ValueError(
-            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} leaves no room to "
-            f"generate: the longest prompt of {cfg.env.name} is {longest} tokens; set "
-            f"rollout.max_context_tokens to at least {longest + cfg.rollout.max_new_tokens_per_turn}"
-        )
 
 
 register_schemas()

@@ -20,11 +20,6 @@ from tiny import build_tiny_model  # noqa: E402
 SCRIPT = "train_learner.py"
 
 
-@pytest.fixture(scope="module")
-def dense_dir(tmp_path_factory) -> str:
-    return build_tiny_model(tmp_path_factory.mktemp("dense"))
-
-
 def _single_process(*args: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):

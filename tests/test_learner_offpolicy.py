@@ -15,19 +15,9 @@ from gspo_agents.learner.moe import changed_experts, differing_expert_sets
 from gspo_agents.offpolicy import sequence_log_ratio
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
-from tiny import build_tiny_model, synthetic_batch, with_old_logprobs  # noqa: E402
+from tiny import synthetic_batch, with_old_logprobs  # noqa: E402
 
 CFG = LearnerConfig(algorithm="gspo", lr=3e-3, num_minibatches=2, micro_batch_tokens=256)
-
-
-@pytest.fixture(scope="module")
-def dense_dir(tmp_path_factory) -> str:
-    return build_tiny_model(tmp_path_factory.mktemp("dense"))
-
-
-@pytest.fixture(scope="module")
-def moe_dir(tmp_path_factory) -> str:
-    return build_tiny_model(tmp_path_factory.mktemp("moe"), moe=True)
 
 
 def _run(path: str, batch_fn, **overrides):

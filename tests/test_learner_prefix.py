@@ -25,11 +25,6 @@ from tiny import VOCAB, build_tiny_model, with_old_logprobs  # noqa: E402
 CFG = LearnerConfig(algorithm="gspo", eps_high=0.05, lr=3e-3, num_minibatches=2)
 
 
-@pytest.fixture(scope="module")
-def dense_dir(tmp_path_factory) -> str:
-    return build_tiny_model(tmp_path_factory.mktemp("dense"))
-
-
 def grouped_batch(
     seed: int,
     groups: int = 2,

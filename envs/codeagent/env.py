@@ -125,20 +125,13 @@ class CodeAgentEnv(ToolEnv):
         await self.session.close()
 
     async def _exec(self, command: str) -> str:
-        from sandbox import SandboxError
-        from sandbox.session_api import SessionBudgetExceeded
-
-        try:
-            result = await self._session().exec(command, timeout_s=self.exec_timeout_s)
-        except SessionBudgetExceeded as exc:
-            self.end_episode()
-            self._last["budget_exhausted"] = True
-            raise ToolError(
-                f"the session's compute budget is spent ({exc}); the episode ends"
-            ) from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
-        return result.render() or "(no output)"
+        return await self.session.call(
+            "exec",
+            command,
+            timeout_s=self.exec_timeout_s,
+            on_budget_spent=self.end_episode,
+            budget_message="the session's compute budget is spent ({exc}); the episode ends",
+        )
 
     def _session(self) -> Any:
         return self.session.require()
@@ -266,7 +259,7 @@ class CodeAgentEnv(ToolEnv):
             # fresh: no exports (LD_PRELOAD, ...) the agent left in its shell reach the grader
             result = await ws.exec(command, timeout_s=5.0 + 3.0 * len(calls), fresh=True)
         except SessionBudgetExceeded:
-            self._last["budget_exhausted"] = True
+            self.session.budget_exhausted = True
             return [{"error": "session budget exhausted"} for _ in calls]
         except SandboxError as exc:
             raise InfraError(f"sandbox session failed running the hidden tests: {exc}") from exc
@@ -287,7 +280,7 @@ class CodeAgentEnv(ToolEnv):
             "submitted": self._submitted,
             "hidden_pass_frac": self._last.get("hidden_pass_frac", 0.0),
             "hidden_passed": self._last.get("hidden_passed", []),
-            "budget_exhausted": bool(self._last.get("budget_exhausted", False)),
+            "budget_exhausted": self.session.budget_exhausted,
         }
 
     def _info(self, reward: float, end: str | None) -> dict[str, Any]:

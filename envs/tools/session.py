@@ -2,18 +2,22 @@
 
     self.session = EpisodeSession(backend="bubblewrap", max_sessions=32)
     ws = await self.session.open(SessionLimits(cpu_s=60))   # in on_start
+    out = await self.session.call("exec", "ls", timeout_s=5, on_budget_spent=self.end_episode)
     await self.session.close()                              # in on_close (idempotent)
 
 The session comes from `sandbox.session(...)` (a shared pool per event loop and backend, with a
-cap on live sessions and backpressure). A session that cannot start raises InfraError: the
-trajectory is an error, never a reward of 0.
+cap on live sessions and backpressure). A session that cannot start or breaks raises InfraError:
+the trajectory is an error, never a reward of 0. A spent session budget is the model's doing: the
+call fails with a ToolError the model sees, the env ends the episode, `budget_exhausted` is set.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from envs.errors import InfraError
+from envs.tools.env import ToolError
 
 __all__ = ["EpisodeSession"]
 
@@ -24,11 +28,13 @@ class EpisodeSession:
         self.pool_options = pool_options
         self._cm: Any = None
         self.ws: Any = None
+        self.budget_exhausted = False  # this episode spent the session's budget (until `open`)
 
     async def open(self, limits: Any) -> Any:
         import sandbox
 
         await self.close()  # a reset without a close: never leak the last episode's session
+        self.budget_exhausted = False
         try:
             self._cm = sandbox.session(limits, backend=self.backend, **self.pool_options)
             self.ws = await self._cm.__aenter__()
@@ -36,6 +42,33 @@ class EpisodeSession:
             self._cm = None
             raise InfraError(f"could not start a sandbox session: {exc}") from exc
         return self.ws
+
+    async def call(
+        self,
+        kind: Literal["exec", "python"],
+        source: str,
+        *,
+        timeout_s: float,
+        on_budget_spent: Callable[[], None],
+        budget_message: str = "the session's compute budget is spent ({exc})",
+    ) -> str:
+        """Run a shell command or Python code in the session; its rendered output.
+
+        A spent compute budget sets `budget_exhausted`, calls `on_budget_spent` (the env ends
+        its episode) and fails the call with `budget_message` as a ToolError."""
+        from sandbox import SandboxError
+        from sandbox.session_api import SessionBudgetExceeded
+
+        ws = self.require()
+        try:
+            result = await getattr(ws, kind)(source, timeout_s=timeout_s)
+        except SessionBudgetExceeded as exc:
+            self.budget_exhausted = True
+            on_budget_spent()
+            raise ToolError(budget_message.format(exc=exc)) from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+        return result.render() or "(no output)"
 
     def require(self) -> Any:
         if self.ws is None:

@@ -299,3 +299,41 @@ def test_plain_gymnasium_step_runs_the_episode_on_the_envs_own_loop():
 def test_unknown_parser_name_fails_at_construction():
     with pytest.raises(ValueError, match="unknown tool-call parser"):
         Calc(tool_parser="nope")
+
+
+class _Workspace:
+    """A session workspace whose calls answer, spend the budget, or break, as told."""
+
+    def __init__(self, outcome: str) -> None:
+        self.outcome = outcome
+
+    async def exec(self, source: str, *, timeout_s: float) -> Any:
+        from sandbox import SandboxError
+        from sandbox.session_api import SessionBudgetExceeded
+
+        if self.outcome == "budget":
+            raise SessionBudgetExceeded("cpu 60 s")
+        if self.outcome == "broken":
+            raise SandboxError("container gone")
+        return type("Result", (), {"render": lambda self: ""})()
+
+
+@pytest.mark.parametrize("outcome", ["ok", "budget", "broken"])
+def test_a_session_call_maps_budget_to_a_tool_error_and_breakage_to_infra(outcome):
+    from envs.tools.session import EpisodeSession
+
+    session, ended = EpisodeSession(), []
+    session.ws = _Workspace(outcome)
+    call = session.call(
+        "exec", "ls", timeout_s=1, on_budget_spent=lambda: ended.append(1), budget_message="{exc}!"
+    )
+    if outcome == "ok":
+        assert asyncio.run(call) == "(no output)" and not session.budget_exhausted
+    elif outcome == "budget":
+        with pytest.raises(ToolError, match=r"^cpu 60 s!$"):
+            asyncio.run(call)
+        assert session.budget_exhausted and ended == [1]
+    else:
+        with pytest.raises(InfraError, match="sandbox session failed: container gone"):
+            asyncio.run(call)
+        assert not session.budget_exhausted and not ended

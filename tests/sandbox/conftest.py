@@ -10,12 +10,7 @@ import subprocess
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from sbtest_util import (
-    ISOLATING_BACKENDS,
-    labelled_containers,
-    make_sandbox,
-    processes_of_uids,
-)
+from sbtest_util import ISOLATING_BACKENDS, checked_sandbox
 
 from sandbox import Sandbox
 
@@ -27,16 +22,9 @@ def backend_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def sandbox(backend_name: str) -> AsyncIterator[Sandbox]:
-    sb = make_sandbox(backend_name)
-    try:
-        yield sb
-    finally:
-        await sb.aclose()
     # Every test doubles as a leftover check: nothing of this sandbox may survive aclose().
-    backend = sb._backend
-    assert processes_of_uids(set(backend.uids)) == []
-    if backend_name == "docker":
-        assert labelled_containers(backend.owner) == []  # type: ignore[attr-defined]
+    async with checked_sandbox(backend_name) as sb:
+        yield sb
 
 
 @pytest.fixture

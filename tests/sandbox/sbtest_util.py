@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,20 @@ def make_sandbox(name: str, *, concurrency: int = 2, **options: object) -> Sandb
         _unavailable[name] = str(exc)
         _missing(name, str(exc))
         raise
+
+
+@contextlib.asynccontextmanager
+async def checked_sandbox(name: str, **options: object) -> AsyncIterator[Sandbox]:
+    """`make_sandbox(name, ...)`, closed on exit; then nothing of it may survive aclose()."""
+    sb = make_sandbox(name, **options)  # type: ignore[arg-type]
+    try:
+        yield sb
+    finally:
+        await sb.aclose()
+    backend = sb._backend
+    assert processes_of_uids(set(backend.uids)) == []
+    if name == "docker":
+        assert labelled_containers(backend.owner) == []  # type: ignore[attr-defined]
 
 
 def processes_of_uids(uids: set[int]) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from sbtest_util import labelled_containers, make_sandbox, processes_of_uids
+from sbtest_util import checked_sandbox, make_sandbox, processes_of_uids
 
 from sandbox import Limits, Program, Sandbox, TestCase, Verdict, cgroups
 
@@ -40,15 +40,8 @@ def our_cgroups() -> list[str]:
 @pytest.fixture
 async def slot(backend_name: str) -> AsyncIterator[Sandbox]:
     """A one-slot sandbox: consecutive runs share the slot (and, on docker, the container)."""
-    sb = make_sandbox(backend_name, concurrency=1)
-    try:
+    async with checked_sandbox(backend_name, concurrency=1) as sb:
         yield sb
-    finally:
-        await sb.aclose()
-    backend = sb._backend
-    assert processes_of_uids(set(backend.uids)) == []
-    if backend_name == "docker":
-        assert labelled_containers(backend.owner) == []  # type: ignore[attr-defined]
     assert our_cgroups() == []
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.codeforces.loaders.rows import Unsupported, convert, read_rows
+from envs.codeforces.loaders.rows import Unsupported, load_split
 from envs.codeforces.problems import Problem
 
 LANGUAGE_IDS = {2: "cpp", 3: "python"}  # the dataset's Language enum (1 = Python 2, 4 = Java)
@@ -78,14 +78,12 @@ def load_code_contests(
     skip_unsupported: bool = False,
     split_mode: str = "hash",
 ) -> list[Problem]:
-    rows, already = read_rows(path, split)
-    return convert(
-        rows,
+    return load_split(
+        path,
+        split,
         lambda r: row_to_problem(r, include_generated),
-        split=split,
-        already_split=already,
+        id_field="name",
+        fmt="code_contests",
         split_mode=split_mode,
         skip_unsupported=skip_unsupported,
-        row_id=lambda r: str(r.get("name", "")),
-        fmt="code_contests",
     )

@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-from envs.codeforces.loaders.rows import Unsupported, convert, read_rows
+from envs.codeforces.loaders.rows import Unsupported, load_split
 from envs.codeforces.problems import Problem
 from sandbox.functional import function_tests
 
@@ -202,16 +202,14 @@ def mbpp_problem(row: dict[str, Any]) -> Problem:
 
 
 def _load(path: str, split: str, fmt: str, options: dict[str, Any]) -> list[Problem]:
-    rows, already = read_rows(path, split)
-    return convert(
-        rows,
+    return load_split(
+        path,
+        split,
         humaneval_problem if fmt == "humaneval" else mbpp_problem,
-        split=split,
-        already_split=already,
+        id_field="task_id",
+        fmt=fmt,
         split_mode=options.get("split_mode", "hash"),
         skip_unsupported=bool(options.get("skip_unsupported", False)),
-        row_id=lambda r: str(r.get("task_id", "")),
-        fmt=fmt,
     )
 
 

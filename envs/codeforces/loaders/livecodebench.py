@@ -21,7 +21,7 @@ import pickle
 import zlib
 from typing import Any
 
-from envs.codeforces.loaders.rows import Unsupported, convert, json_field, read_rows
+from envs.codeforces.loaders.rows import Unsupported, json_field, load_split
 from envs.codeforces.problems import Problem
 from envs.errors import TaskError
 from sandbox.functional import function_tests
@@ -96,14 +96,12 @@ def row_to_problem(row: dict[str, Any]) -> Problem:
 def load_livecodebench(
     path: str, split: str, *, skip_unsupported: bool = False, split_mode: str = "hash"
 ) -> list[Problem]:
-    rows, already = read_rows(path, split)
-    return convert(
-        rows,
+    return load_split(
+        path,
+        split,
         row_to_problem,
-        split=split,
-        already_split=already,
+        id_field="question_id",
+        fmt="livecodebench",
         split_mode=split_mode,
         skip_unsupported=skip_unsupported,
-        row_id=lambda r: str(r.get("question_id", "")),
-        fmt="livecodebench",
     )

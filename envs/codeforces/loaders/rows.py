@@ -126,6 +126,30 @@ def convert(
     return problems
 
 
+def load_split(
+    path: str,
+    split: str,
+    to_problem: Callable[[dict[str, Any]], Problem],
+    *,
+    id_field: str,
+    fmt: str,
+    split_mode: str = "hash",
+    skip_unsupported: bool = False,
+) -> list[Problem]:
+    """`read_rows` then `convert`, for a format whose rows carry their id in `id_field`."""
+    rows, already = read_rows(path, split)
+    return convert(
+        rows,
+        to_problem,
+        split=split,
+        already_split=already,
+        split_mode=split_mode,
+        skip_unsupported=skip_unsupported,
+        row_id=lambda r: str(r.get(id_field, "")),
+        fmt=fmt,
+    )
+
+
 class Unsupported(Exception):
     """A row in the published format that this judge cannot run (the message says why)."""
 

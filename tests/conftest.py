@@ -1,0 +1,34 @@
+"""Fixtures shared by the learner tests: tiny random checkpoints from tests/dist/tiny.py.
+
+Module-scoped (each test module builds its own, as it did before they were shared); `tiny` is
+imported when a fixture runs, so collecting tests that use none of them imports no torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+DIST_DIR = Path(__file__).parent / "dist"
+
+
+def _build_tiny_model(tmp_path_factory: pytest.TempPathFactory, name: str, **kw) -> str:
+    if str(DIST_DIR) not in sys.path:
+        sys.path.insert(0, str(DIST_DIR))
+    from tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp(name), **kw)
+
+
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random Qwen3 checkpoint (an HF directory)."""
+    return _build_tiny_model(tmp_path_factory, "dense")
+
+
+@pytest.fixture(scope="module")
+def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random Qwen3-MoE checkpoint (an HF directory)."""
+    return _build_tiny_model(tmp_path_factory, "moe", moe=True)
