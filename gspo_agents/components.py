@@ -49,6 +49,7 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
         list(cfg.engine.urls),
         connect_timeout_s=cfg.engine.connect_timeout_s,
         request_timeout_s=cfg.engine.request_timeout_s,
+        pause_mode=cfg.engine.pause_mode,
     )
 
 

@@ -51,6 +51,9 @@ class EngineConfig:
     dtype: str = "float32"  # local engine: float32 | bfloat16 (a bf16 engine vs an fp32 trainer)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
+    # sglang: how /pause_generation treats in-flight requests during an NCCL weight update
+    # (abort: they return and resume under the new weights; in_place / retract: SGLang keeps them)
+    pause_mode: str = "abort"
 
 
 @dataclass
@@ -174,6 +177,7 @@ class RunConfig:
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("model", "name"): ("tiny", "tiny-agent", "tiny-moe", "hf"),
     ("engine", "kind"): ("local", "sglang"),
+    ("engine", "pause_mode"): ("abort", "in_place", "retract"),
     ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
     ("algorithm", "loss_agg"): ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum"),

@@ -32,7 +32,7 @@ def flat_keys(node, prefix=""):
 EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
-engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s
+engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode
 sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
@@ -115,3 +115,15 @@ def test_algorithm_options_are_checked_before_any_model_is_built():
             compose_run("algorithm.dynamic_sampling_rounds=2", "trainer.async_rollouts=true")
         )
     check_choices(compose_run("algorithm.old_logprobs=decoupled", "algorithm.seq_is_cap=2.0"))
+
+
+def test_engine_pause_mode_reaches_the_sglang_engine():
+    import asyncio
+
+    from gspo_agents.components import build_engine
+
+    for overrides, mode in (([], "abort"), (["engine.pause_mode=retract"], "retract")):
+        cfg = compose_run("engine=sglang", "engine.urls=[http://a:1]", *overrides)
+        engine = build_engine(cfg, "unused", 0)
+        assert engine._pause_mode == mode
+        asyncio.run(engine.close())
