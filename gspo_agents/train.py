@@ -33,15 +33,7 @@ from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
 from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled
 from gspo_agents.tracking import RunTracker
 
-CONSOLE_KEYS = [
-    "reward_mean",
-    "loss",
-    "clip_frac_tokens",
-    "ratio_max",
-    "grad_norm",
-    "errors",
-    "step_time_s",
-]
+CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
 
 
 def build_learner(cfg: DictConfig, model_dir: str):

@@ -15,17 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY_RUN
 
-# The tiny-model, few-task settings of tests/integration/test_train_cli.py: a step takes ~1 s.
-FAST = [
-    "+env.kwargs.difficulty=1",
-    "trainer.tasks_per_step=2",
-    "rollout.num_samples_per_task=4",
-    "trainer.sft.steps=4",
-    "trainer.sft.batch_size=8",
-    "algorithm.filter_zero_spread_groups=false",  # every step updates, signal or not
-    "logger.wandb_mode=disabled",
-]
+# The tiny-model, few-task settings (tests/tiny_run.py), without wandb: a step takes ~1 s.
+FAST = [*TINY_RUN, "logger.wandb_mode=disabled"]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 

@@ -13,21 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY_RUN
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1800),
 ]  # real trainings; a loaded machine is slow
 
-FAST = [
-    "+env.kwargs.difficulty=1",
-    "trainer.tasks_per_step=2",
-    "rollout.num_samples_per_task=4",
-    "trainer.sft.steps=4",
-    "trainer.sft.batch_size=8",
-    "algorithm.filter_zero_spread_groups=false",
-    "logger.wandb_mode=disabled",
-]
+FAST = [*TINY_RUN, "logger.wandb_mode=disabled"]
 
 
 def free_port() -> int:

@@ -7,17 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_run import TINY_RUN
 
 pytestmark = pytest.mark.slow
 
-FAST = [
-    "+env.kwargs.difficulty=1",
-    "trainer.tasks_per_step=2",
-    "rollout.num_samples_per_task=4",
-    "trainer.sft.steps=4",
-    "trainer.sft.batch_size=8",
-    "algorithm.filter_zero_spread_groups=false",  # every step updates, signal or not
-]
+FAST = TINY_RUN
 
 
 def train(run_dir: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
