@@ -53,7 +53,7 @@ PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 - <<'PY'
 import logging
 
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-from sandbox import image
+from sandbox.isolation import image
 
 print("rootfs:", image.ensure_rootfs())
 print("image: ", image.ensure_image())

@@ -16,7 +16,7 @@ import time
 
 from gspo_agents.tracking import BenchProgress
 from sandbox import Sandbox, Verdict
-from sandbox.functional import function_call
+from sandbox.judging.functional import function_call
 
 SOURCE = """
 class Solution:

@@ -35,8 +35,8 @@ from typing import Any
 
 from gspo_agents.tracking import BenchProgress
 from sandbox import SandboxError, SessionPool, image
-from sandbox.backends.session_base import uid_processes
-from sandbox.backends.session_bwrap import marker_dir
+from sandbox.sessions.backends.base import uid_processes
+from sandbox.sessions.backends.bubblewrap import marker_dir
 
 Row = tuple[str, str, str]  # (what, p50, p90 / note)
 

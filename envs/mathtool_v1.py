@@ -79,7 +79,7 @@ class MathToolV1Env(ToolEnv):
 
     # -- session --------------------------------------------------------------------------------
     async def on_start(self) -> None:
-        from sandbox.session_api import SessionLimits
+        from sandbox.sessions.api import SessionLimits
 
         self._outcome = {}
         await self.session.open(

@@ -3,9 +3,9 @@
     async with Sandbox.create() as sb:            # backend="auto": the strongest available
         result = await sb.run(Program("python", src), [TestCase("1 2\\n", "3")], Limits(time_s=1))
 
-Function-style results (sandbox.functional: HumanEval, LeetCode) cannot be forged by the
+Function-style results (sandbox.judging.functional: HumanEval, LeetCode) cannot be forged by the
 submission: a trusted harness process that never runs submitted code holds the result channel
-and the expected values (sandbox/fnharness.py; tests/sandbox/test_function_forgery.py).
+and the expected values (sandbox/judging/fnharness.py; tests/sandbox/test_function_forgery.py).
 
 What it protects against (each item has an adversarial test in tests/sandbox, run on every
 backend): fork bombs (process limits of the whole tree), memory bombs (resident memory of the
@@ -26,7 +26,7 @@ and anything at all with backend="unsafe-local", which runs code as a plain host
 exists only behind an explicit allow_unsafe_local=True. Limits are per test, not per machine:
 many concurrent runs can still use max_concurrency x the per-run memory.
 
-Sessions (sandbox/sessions.py, contract in sandbox/session_api.py) give an agent one persistent,
+Sessions (sandbox/sessions/pool.py, contract in sandbox/sessions/api.py) give an agent one persistent,
 isolated workspace per episode: `async with sandbox.session(SessionLimits(...)) as ws:` then
 `ws.exec`, `ws.python` (a kernel), `ws.write_file`/`read_file`/`upload`/`download`.
 
@@ -36,7 +36,8 @@ This package imports neither torch, gspo_agents nor envs.
 from sandbox.config import SandboxConfig
 from sandbox.core import Sandbox
 from sandbox.errors import BackendFailure, ImageBuildError, SandboxError, SandboxUnavailable
-from sandbox.session_api import (
+from sandbox.sessions import SessionPool, close_sessions, session
+from sandbox.sessions.api import (
     ExecResult,
     SessionBudgetExceeded,
     SessionClosed,
@@ -44,7 +45,6 @@ from sandbox.session_api import (
     SessionUsage,
     Workspace,
 )
-from sandbox.sessions import SessionPool, close_sessions, session
 from sandbox.types import (
     JudgeSpec,
     Limits,

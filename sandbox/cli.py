@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox import image
-from sandbox import verify as verifying
 from sandbox.core import AUTO_ORDER, BACKENDS, Sandbox, build_backend
 from sandbox.errors import SandboxError, SandboxUnavailable
-from sandbox.functional import function_call
+from sandbox.isolation import image
+from sandbox.judging import verify as verifying
+from sandbox.judging.functional import function_call
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, Verdict
 
 EXTENSIONS = {".py": "python", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c++": "cpp"}
@@ -323,7 +323,7 @@ def judge_of(args: argparse.Namespace) -> JudgeSpec:
     if args.checker:
         protocol = args.checker_protocol or ("kattis" if args.checker.is_dir() else "testlib")
         if args.checker.is_dir():
-            from sandbox.kattis import PackageError, validator_program
+            from sandbox.judging.kattis import PackageError, validator_program
 
             try:
                 checker = validator_program(args.checker)
@@ -402,7 +402,7 @@ async def _close(backend: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from sandbox.service import ServiceConfig, build_app
+    from sandbox.service.server import ServiceConfig, build_app
 
     sandbox = Sandbox.create(
         args.backend,

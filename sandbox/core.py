@@ -7,13 +7,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sandbox import compile_cache as compiled
-from sandbox import judge as judging
-from sandbox.backends.base import Backend, RunnerOutput
-from sandbox.compile_cache import CompileCache, image_identity, shared_cache
 from sandbox.config import SandboxConfig
 from sandbox.errors import BackendFailure, SandboxUnavailable
-from sandbox.functional import apply_judge, harness_request
+from sandbox.isolation.backends.base import Backend, RunnerOutput
+from sandbox.judging import compile_cache as compiled
+from sandbox.judging import judge as judging
+from sandbox.judging.compile_cache import CompileCache, image_identity, shared_cache
+from sandbox.judging.functional import apply_judge, harness_request
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
 log = logging.getLogger("sandbox")
@@ -38,19 +38,19 @@ _STATUS = {
 def build_backend(name: str, slots: int, options: dict[str, Any]) -> Backend:
     """Construct and check one named backend; raise SandboxUnavailable naming the fix."""
     if name == "docker":
-        from sandbox.backends.docker import DockerBackend
+        from sandbox.isolation.backends.docker import DockerBackend
 
         backend: Any = DockerBackend(slots, **options)
     elif name == "bubblewrap":
-        from sandbox.backends.bubblewrap import BubblewrapBackend
+        from sandbox.isolation.backends.bubblewrap import BubblewrapBackend
 
         backend = BubblewrapBackend(slots, **options)
     elif name == "namespaces":
-        from sandbox.backends.namespaces import NamespacesBackend
+        from sandbox.isolation.backends.namespaces import NamespacesBackend
 
         backend = NamespacesBackend(slots, **options)
     elif name == "unsafe-local":
-        from sandbox.backends.local import UnsafeLocalBackend
+        from sandbox.isolation.backends.local import UnsafeLocalBackend
 
         backend = UnsafeLocalBackend(slots)
     else:
@@ -82,7 +82,7 @@ class Sandbox:
         self.backend_name: str = backend.name
         self.max_concurrency = max_concurrency
         self._sem = asyncio.Semaphore(max_concurrency)
-        # True: the process-wide cache (sandbox/compile_cache.py); False: compile every time.
+        # True: the process-wide cache (sandbox/judging/compile_cache.py); False: compile every time.
         self.compile_cache: CompileCache | None = (
             shared_cache() if compile_cache is True else compile_cache or None
         )

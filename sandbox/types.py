@@ -32,7 +32,7 @@ class Program:
     language: Language
     source: str
     # Function-style: call this function ("f", or "Class.method" on a fresh instance) instead of
-    # running the script; the tests come from sandbox.functional.function_tests.
+    # running the script; the tests come from sandbox.judging.functional.function_tests.
     entry: str | None = None
 
     def __post_init__(self) -> None:

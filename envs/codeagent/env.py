@@ -103,7 +103,7 @@ class CodeAgentEnv(ToolEnv):
     # -- session --------------------------------------------------------------------------------
     async def on_start(self) -> None:
         from sandbox import SandboxError
-        from sandbox.session_api import SessionLimits
+        from sandbox.sessions.api import SessionLimits
 
         task = self._require_task()
         self._submitted, self._last, self._edits = False, {}, 0
@@ -241,7 +241,7 @@ class CodeAgentEnv(ToolEnv):
     async def _run_hidden(self) -> list[dict[str, Any]]:
         """The hidden calls' results, run after the agent's processes are gone."""
         from sandbox import SandboxError
-        from sandbox.session_api import SessionBudgetExceeded
+        from sandbox.sessions.api import SessionBudgetExceeded
 
         task = self._require_task()
         ws = self._session()

@@ -28,7 +28,7 @@ from envs.codeforces.problems import Problem, load_problemset, load_split
 from envs.errors import InfraError, TaskError
 from sandbox import JudgeSpec, Limits, Program, RunResult, Sandbox, TestCase, Verdict
 from sandbox.core import BackendName
-from sandbox.functional import function_program
+from sandbox.judging.functional import function_program
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ class Problem:
     tier: str = ""
     tags: tuple[str, ...] = ()
     # Function-style problems (HumanEval, MBPP, LeetCode-style rows): the answer is a Python
-    # function of this name ("f" or "Class.method"); tests are sandbox.functional rows.
+    # function of this name ("f" or "Class.method"); tests are sandbox.judging.functional rows.
     function_name: str | None = None
     starter_code: str = ""
 

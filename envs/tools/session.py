@@ -57,7 +57,7 @@ class EpisodeSession:
         A spent compute budget sets `budget_exhausted`, calls `on_budget_spent` (the env ends
         its episode) and fails the call with `budget_message` as a ToolError."""
         from sandbox import SandboxError
-        from sandbox.session_api import SessionBudgetExceeded
+        from sandbox.sessions.api import SessionBudgetExceeded
 
         ws = self.require()
         try:

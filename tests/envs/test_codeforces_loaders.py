@@ -24,7 +24,7 @@ from envs.codeforces.loaders.livecodebench import decode_tests  # noqa: E402
 from envs.codeforces.problems import Problem  # noqa: E402
 from envs.errors import TaskError  # noqa: E402
 from sandbox import Sandbox, TestCase  # noqa: E402
-from sandbox.functional import function_case  # noqa: E402
+from sandbox.judging.functional import function_case  # noqa: E402
 
 SAMPLE_SET = Path(__file__).resolve().parents[2] / "envs" / "data" / "kattis_sample"
 

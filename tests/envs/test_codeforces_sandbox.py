@@ -200,7 +200,7 @@ async def _docker(*argv: str) -> str:
 
 
 async def test_a_container_killed_mid_run_raises_infra_error(sb: Sandbox):
-    from sandbox.backends.docker import LABEL, owner_id
+    from sandbox.isolation.backends.docker import LABEL, owner_id
 
     env = _env(sb, "a_plus_b")
     sleeper = block("python", "import time\ntime.sleep(30)")
@@ -255,7 +255,7 @@ async def test_env_creates_and_closes_its_own_sandbox_lazily():
 
 
 async def test_sync_close_inside_the_loop_removes_the_env_owned_sandbox():
-    from sandbox.backends.docker import LABEL, owner_id
+    from sandbox.isolation.backends.docker import LABEL, owner_id
 
     env = CodeforcesEnv(sandbox_backend="docker")
     env.reset(options={"task": PROBLEMS["a_plus_b"].to_row()})

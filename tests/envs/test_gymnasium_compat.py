@@ -69,7 +69,7 @@ def call(name: str, **arguments) -> str:
 
 
 def test_a_tool_env_driven_by_plain_step_keeps_its_session_across_turns_and_closes_it():
-    import sandbox.sessions
+    import sandbox.sessions.pool
 
     env = envs.make("gspo/MathTool-v1")
     env.reset(seed=0)  # renders the prompt only: no session yet
@@ -83,4 +83,4 @@ def test_a_tool_env_driven_by_plain_step_keeps_its_session_across_turns_and_clos
     assert fresh[0]["content"].strip() == "False"
     loop = env._sync_loop
     env.close()
-    assert loop.is_closed() and loop not in sandbox.sessions._default_pools
+    assert loop.is_closed() and loop not in sandbox.sessions.pool._default_pools

@@ -309,7 +309,7 @@ class _Workspace:
 
     async def exec(self, source: str, *, timeout_s: float) -> Any:
         from sandbox import SandboxError
-        from sandbox.session_api import SessionBudgetExceeded
+        from sandbox.sessions.api import SessionBudgetExceeded
 
         if self.outcome == "budget":
             raise SessionBudgetExceeded("cpu 60 s")

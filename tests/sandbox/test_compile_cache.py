@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from sandbox.compile_cache import CompileCache, Entry, prepare, remember
+from sandbox.judging.compile_cache import CompileCache, Entry, prepare, remember
 from sandbox.types import Program
 
 CPP = Program("cpp", "int main(){}")

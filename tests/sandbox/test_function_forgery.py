@@ -17,7 +17,7 @@ import pytest
 from sbtest_util import ISOLATING_BACKENDS, make_sandbox
 
 from sandbox import JudgeSpec, Limits, Sandbox, Verdict
-from sandbox.functional import function_call
+from sandbox.judging.functional import function_call
 
 LIMITS = Limits(time_s=2, wall_time_s=10)
 WRONG = [{"args": [41], "expected": 42}]  # every forger below returns something else

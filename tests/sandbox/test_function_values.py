@@ -8,7 +8,7 @@ import math
 import pytest
 
 from sandbox import Program
-from sandbox.functional import decode_value, encode_value, function_call, values_equal
+from sandbox.judging.functional import decode_value, encode_value, function_call, values_equal
 
 
 def roundtrip(value: object) -> object:
@@ -106,7 +106,7 @@ def test_tolerance_applies_to_numbers_at_any_depth_only() -> None:
 
 
 def test_the_fast_json_path_agrees_with_the_json_module() -> None:
-    from sandbox import fnharness
+    from sandbox.judging import fnharness
 
     assert fnharness._ENCODE is not None  # this Python has the accelerator: the fast path runs
     samples = [None, True, -3, 1e300, float("inf"), 'é\n"', [1, {"a": [None]}], {"k": 1.5}]
@@ -124,7 +124,7 @@ def test_the_fast_json_path_agrees_with_the_json_module() -> None:
 
 
 def test_function_case_reads_a_test_back() -> None:
-    from sandbox.functional import function_case
+    from sandbox.judging.functional import function_case
 
     rows = [
         {"args": [[2, 7], (1, 2)], "expected": {1: "a"}, "abs_tol": 0.5},

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sandbox.cli import UsageError, _tests_from_dir, judge_of
-from sandbox.judge import compare
-from sandbox.kattis import (
+from sandbox.judging.judge import compare
+from sandbox.judging.kattis import (
     PackageError,
     default_validator_spec,
     derive_time_limit,

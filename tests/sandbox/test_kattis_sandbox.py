@@ -14,7 +14,7 @@ import pytest
 from sbtest_util import make_sandbox
 
 from sandbox import JudgeSpec, Program, Sandbox, TestCase, Verdict
-from sandbox.compile_cache import CompileCache, Entry
+from sandbox.judging.compile_cache import CompileCache, Entry
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_SET = REPO / "envs" / "data" / "kattis_sample"

@@ -11,7 +11,7 @@ import pytest
 from sbtest_util import make_sandbox
 
 from sandbox import Sandbox, TestCase, Verdict
-from sandbox.functional import function_call
+from sandbox.judging.functional import function_call
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from sandbox import (
     TestCase,
     Verdict,
 )
-from sandbox.judge import compare
+from sandbox.judging.judge import compare
 
 A_PLUS_B_PY = Program("python", "a, b = map(int, input().split())\nprint(a + b)\n")
 A_PLUS_B_CPP = Program(
@@ -254,7 +254,7 @@ def test_stale_containers_of_dead_owners_are_reaped_at_start() -> None:
     import socket
     import subprocess
 
-    from sandbox import image
+    from sandbox.isolation import image
 
     asyncio.run(make_sandbox("docker").aclose())  # fail in CI / skip elsewhere if missing
     dead = subprocess.Popen(["true"])

@@ -15,7 +15,7 @@ import pytest
 from sbtest_util import ISOLATING_BACKENDS
 from test_sandbox_service import AB_PY, _start, _stop
 
-from sandbox.service import ServiceConfig
+from sandbox.service.server import ServiceConfig
 
 CAPS = ServiceConfig()
 

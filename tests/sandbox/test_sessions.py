@@ -260,7 +260,7 @@ async def test_shared_pool_of_sandbox_session(session_backend: str) -> None:  # 
     async with sandbox.session(SessionLimits(disk_mb=16), backend=session_backend) as ws:
         r = await ws.exec("df -k /workspace | tail -1")
         assert r.stdout.split()[1] == str(16 * 1024), r  # the limits reached the sandbox
-    pools = list(sandbox.sessions._default_pools[asyncio.get_running_loop()].values())
+    pools = list(sandbox.sessions.pool._default_pools[asyncio.get_running_loop()].values())
     assert len(pools) == 1
     await sandbox.close_sessions()
     assert leftovers(pools[0]) == []

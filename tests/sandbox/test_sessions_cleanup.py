@@ -189,8 +189,8 @@ async def test_orphans_of_a_dead_owner_are_reaped_at_start(session_backend: str)
     after the next pool starts."""
     from session_util import started_pool
 
-    from sandbox import image
-    from sandbox.backends.session_bwrap import marker_dir
+    from sandbox.isolation import image
+    from sandbox.sessions.backends.bubblewrap import marker_dir
 
     probe = await started_pool(session_backend, max_sessions=1)  # fail/skip like the others
     await probe.aclose()

@@ -6,7 +6,7 @@ config: prompt), code, test_list (assert lines), test_setup_code, challenge_test
 
 The published tests are assert statements that run in the same process as the solution, which
 a hostile policy could subvert (exit early, patch `assert`'s helpers). We therefore translate
-each assert into a value test for sandbox.functional, whose trusted harness compares the value
+each assert into a value test for sandbox.judging.functional, whose trusted harness compares the value
 the function returned where the submission cannot reach:
     assert f(ARGS) == VALUE    assert VALUE == f(ARGS)    assert f(ARGS)    assert not f(ARGS)
     assert f(ARGS) is True / False / None     assert abs(f(ARGS) - VALUE) < TOL  (or <=)
@@ -24,7 +24,7 @@ from typing import Any
 
 from envs.codeforces.loaders.rows import Unsupported, load_split
 from envs.codeforces.problems import Problem
-from sandbox.functional import function_tests
+from sandbox.judging.functional import function_tests
 
 _CALL_NAME = re.compile(r"assert\s+(?:not\s+)?(?:abs\()?\s*([A-Za-z_]\w*)\s*\(")
 

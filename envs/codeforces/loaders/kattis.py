@@ -1,4 +1,4 @@
-"""Kattis / ICPC problem packages -> Problems (the package reader is sandbox/kattis.py).
+"""Kattis / ICPC problem packages -> Problems (the package reader is sandbox/judging/kattis.py).
 
 `load_kattis(PATH, split)`: PATH is one package or a directory of packages. The split's
 packages are PATH/<split>/ when that directory exists (train/ and test/), or PATH with "{split}"
@@ -19,7 +19,7 @@ from pathlib import Path
 from envs.codeforces.loaders.rows import SPLIT_MODES, in_split
 from envs.codeforces.problems import Problem
 from envs.errors import TaskError
-from sandbox.kattis import Package, PackageError, find_packages, load_package
+from sandbox.judging.kattis import Package, PackageError, find_packages, load_package
 
 log = logging.getLogger("envs.codeforces.loaders")
 

@@ -6,7 +6,7 @@ private_test_cases (the same JSON text, or that text pickled, zlib-compressed an
 for the larger releases), metadata (JSON text; "func_name" for LeetCode rows).
 testtype "stdin": stdin/stdout tests. testtype "functional": the input is one JSON value per
 line (the positional arguments) and the output one JSON value; the answer is the method
-Solution.<func_name> (LeetCode's convention), judged by sandbox.functional.
+Solution.<func_name> (LeetCode's convention), judged by sandbox.judging.functional.
 
 The compressed form is unpickled with an unpickler that refuses every class and function, so a
 tampered file cannot run code here: only plain str/list/dict data comes out.
@@ -24,7 +24,7 @@ from typing import Any
 from envs.codeforces.loaders.rows import Unsupported, json_field, load_split
 from envs.codeforces.problems import Problem
 from envs.errors import TaskError
-from sandbox.functional import function_tests
+from sandbox.judging.functional import function_tests
 
 
 class _DataOnly(pickle.Unpickler):

@@ -18,7 +18,7 @@ from typing import Any
 
 from envs.codeforces.loaders.rows import Unsupported, as_text, convert, json_field, read_rows
 from envs.codeforces.problems import Problem
-from sandbox.functional import function_tests
+from sandbox.judging.functional import function_tests
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

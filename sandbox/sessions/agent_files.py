@@ -1,6 +1,6 @@
 """File operations of the session agent (runs INSIDE the sandbox, standard library only).
 
-The host sends this file's source ahead of sandbox/session_agent.py's (AGENT_SOURCE), so inside
+The host sends this file's source ahead of sandbox/sessions/agent.py's (AGENT_SOURCE), so inside
 the sandbox these are plain globals of the agent; on the host the agent imports them from here.
 Every path may have been prepared by the code in the session: nothing here follows a planted
 symlink for writing, opens a FIFO, or reads more than asked.

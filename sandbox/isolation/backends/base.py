@@ -1,6 +1,6 @@
 """What every backend shares: the runner protocol driver and per-slot host uids.
 
-A backend's only job is to start the in-sandbox runner (sandbox/runner.py) somewhere isolated and
+A backend's only job is to start the in-sandbox runner (sandbox/isolation/runner.py) somewhere isolated and
 hand back its pipes; `drive` speaks the protocol. Each concurrent run holds a *slot*, and each slot
 has its own host uid, so per-uid kernel limits (RLIMIT_NPROC) of one run never count another's
 processes.
@@ -19,20 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox import cgroups as cgroups_mod
 from sandbox.errors import BackendFailure
-from sandbox.runner_guard import POLL_S
+from sandbox.isolation import cgroups as cgroups_mod
+from sandbox.isolation.runner_guard import POLL_S
 
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT = 64 << 20  # one runner line carries up to a test's capped stdout, JSON-escaped
-_PACKAGE = Path(__file__).resolve().parent.parent
+_ISOLATION = Path(__file__).resolve().parent.parent  # sandbox/isolation
 # The runner runs as `python3 -S -c RUNNER_SOURCE` inside the sandbox, where this package is not
 # installed: a short prelude registers the runner's helper modules from their source text, then
-# runner.py follows (so it imports `sandbox.runner_guard` as it does on the host).
+# runner.py follows (so it imports `sandbox.isolation.runner_guard` as it does on the host).
 RUNNER_MODULES = ("runner_guard",)
 _PRELUDE = """import sys as _sys, types as _types
-_sys.modules.setdefault("sandbox", _types.ModuleType("sandbox"))
+for _pkg in ("sandbox", "sandbox.isolation"):
+    _sys.modules.setdefault(_pkg, _types.ModuleType(_pkg))
 for _name, _text in {modules!r}.items():
     _module = _types.ModuleType(_name)
     _sys.modules[_name] = _module
@@ -40,9 +41,11 @@ for _name, _text in {modules!r}.items():
 """
 RUNNER_SOURCE = (
     _PRELUDE.format(
-        modules={f"sandbox.{m}": (_PACKAGE / f"{m}.py").read_text() for m in RUNNER_MODULES}
+        modules={
+            f"sandbox.isolation.{m}": (_ISOLATION / f"{m}.py").read_text() for m in RUNNER_MODULES
+        }
     )
-    + (_PACKAGE / "runner.py").read_text()
+    + (_ISOLATION / "runner.py").read_text()
 )
 SANDBOX_UID = 65534  # the uid programs see inside bubblewrap and namespaces sandboxes
 
@@ -189,7 +192,7 @@ class Backend(ABC):
 class ProcessBackend(Backend):
     """A backend whose sandbox is one host process per submission (bwrap, unshare, local).
 
-    Each slot owns a pair of cgroups (sandbox/cgroups.py) whose control-file fds every sandbox
+    Each slot owns a pair of cgroups (sandbox/isolation/cgroups.py) whose control-file fds every sandbox
     process of the slot inherits; the request tells the runner their numbers.
     """
 

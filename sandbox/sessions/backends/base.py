@@ -1,8 +1,8 @@
 """What the session backends share: starting the agent, talking to it, tearing it down.
 
-A session backend starts `sandbox/session_agent.py` as pid 1 of a fresh sandbox (a container, a
+A session backend starts `sandbox/sessions/agent.py` as pid 1 of a fresh sandbox (a container, a
 bwrap namespace) with its stdin/stdout attached to our pipes, and destroys it at the end. The
-isolation flags are the runner backends' own (sandbox/backends/docker.py, bubblewrap.py): a
+isolation flags are the runner backends' own (sandbox/isolation/backends/docker.py, bubblewrap.py): a
 session backend builds on an instance of that backend and only adds the writable /workspace.
 """
 
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.backends.base import STREAM_LIMIT, stop_process
 from sandbox.errors import BackendFailure
-from sandbox.session_api import WORKSPACE, SessionLimits
+from sandbox.isolation.backends.base import STREAM_LIMIT, stop_process
+from sandbox.sessions.api import WORKSPACE, SessionLimits
 
-_HERE = Path(__file__).resolve().parent.parent
+_HERE = Path(__file__).resolve().parent.parent  # sandbox/sessions
 AGENT_SOURCE = "\n".join(  # the agent's helpers first: inside, they are the agent's globals
-    (_HERE / name).read_text() for name in ("session_agent_files.py", "session_agent.py")
+    (_HERE / name).read_text() for name in ("agent_files.py", "agent.py")
 )
-KERNEL_SOURCE = (_HERE / "session_kernel.py").read_text()
+KERNEL_SOURCE = (_HERE / "kernel.py").read_text()
 AGENT_ARGV = ("/usr/bin/python3", "-S", "-c", AGENT_SOURCE)
 SESSION_LABEL = "gspo-sandbox.kind=session"
 

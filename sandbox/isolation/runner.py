@@ -13,7 +13,7 @@ Protocol (one JSON object per line):
                    the host passed over the control socket at start)
   runner -> host   {"event": "compile", "ok", "output", "binary"?}  (binary: base64, when the
                    request asked with "return_binary": max bytes; a request may carry "binary" to skip
-                   compiling: sandbox/compile_cache.py)
+                   compiling: sandbox/judging/compile_cache.py)
                    {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
                    {"event": "error", "message"}   (the runner itself failed: a system error)
@@ -50,7 +50,7 @@ import tempfile
 import time
 import traceback
 
-from sandbox import runner_guard as guard
+from sandbox.isolation import runner_guard as guard
 
 STDERR_CAP = 64 * 1024
 PR_SET_CHILD_SUBREAPER = 36
@@ -299,7 +299,7 @@ HARNESS_BOOT = "import marshal, sys; exec(marshal.loads(bytes.fromhex(sys.argv.p
 
 def harness_argv(req, run_argv):
     """With a request's "harness": {"source", "argv"} (python; function-style tests, see
-    sandbox/fnharness.py) each test runs `python3 -I -c BOOT CODE main.py *ARGV`: trusted code from
+    sandbox/judging/fnharness.py) each test runs `python3 -I -c BOOT CODE main.py *ARGV`: trusted code from
     the command line, not from a file the program could replace, and -I keeps the
     program-writable directories off sys.path. CODE is the harness compiled here, by this same
     interpreter, once (not once per test: compiling it costs more than running it)."""
@@ -339,7 +339,7 @@ def compile_program(req, scratch, kill_all):
         binary = os.path.join(scratch, "main")
         argv = ["g++", "-std=c++17", "-O2", "-pipe", "-o", binary, src]
         run_argv = [binary]
-        if req.get("binary"):  # a compile-cache hit (sandbox/compile_cache.py): no compile
+        if req.get("binary"):  # a compile-cache hit (sandbox/judging/compile_cache.py): no compile
             with open(binary, "wb") as fh:
                 fh.write(base64.b64decode(req["binary"]))
             os.chmod(binary, 0o755)

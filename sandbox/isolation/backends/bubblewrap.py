@@ -14,9 +14,9 @@ import os
 import shutil
 import subprocess
 
-from sandbox import image
-from sandbox.backends.base import RUNNER_SOURCE, SANDBOX_UID, ProcessBackend
 from sandbox.errors import SandboxUnavailable
+from sandbox.isolation import image
+from sandbox.isolation.backends.base import RUNNER_SOURCE, SANDBOX_UID, ProcessBackend
 
 
 class BubblewrapBackend(ProcessBackend):

@@ -1,6 +1,6 @@
 """`python -m sandbox verify PATH`: run a problem set's own submissions and compare verdicts.
 
-PATH is one Kattis / ICPC package or a directory of them (sandbox/kattis.py). Every submission
+PATH is one Kattis / ICPC package or a directory of them (sandbox/judging/kattis.py). Every submission
 under submissions/<category>/ in a language we run (Python, C++) is judged on all tests with the
 package's limits and validator (early stop on the first failure, as a judge does); its verdict
 must be one that the category allows (accepted: OK; wrong_answer: WA; time_limit_exceeded: TLE;
@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.core import Sandbox
-from sandbox.kattis import Package, PackageError, derive_time_limit, find_packages, load_package
+from sandbox.judging.kattis import (
+    Package,
+    PackageError,
+    derive_time_limit,
+    find_packages,
+    load_package,
+)
 from sandbox.types import Limits, RunResult, Verdict
 
 PROBE_TIME_S = 10.0  # CPU limit while measuring the accepted submissions of a package

@@ -1,7 +1,7 @@
 """Runner-side integrity: syscall filter, whole-tree accounting, and cleaning a warm sandbox.
 
 Like runner.py this runs INSIDE the sandbox (standard library only; backends/base.py ships it
-into the sandbox next to the runner as the module `sandbox.runner_guard`). Three parts:
+into the sandbox next to the runner as the module `sandbox.isolation.runner_guard`). Three parts:
 
 * `install_seccomp()`: a seccomp BPF filter, built here from a syscall table (no libseccomp),
   that every program and compiler process gets before exec. It denies io_uring, the key

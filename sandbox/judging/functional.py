@@ -24,7 +24,7 @@ Two test kinds, one TestCase each:
   must be defined in the test code: it never sees the submission's namespace. Inside the test
   code, `candidate` returns plain values: tuples stay tuples, sets stay sets.
 
-Where the comparison happens and why it cannot be forged: see sandbox/fnharness.py. In short, a
+Where the comparison happens and why it cannot be forged: see sandbox/judging/fnharness.py. In short, a
 trusted parent process (never running submitted code) holds the result channel and the test
 payload; the submission runs in a child that can only send back a value. Each test carries a
 random nonce that only the parent sees; the parent prints "<nonce> OK" or "<nonce> WA", which
@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sandbox import fnharness
+from sandbox.judging import fnharness
 from sandbox.types import JudgeSpec, Program, TestCase
 
 HARNESS_SOURCE = Path(fnharness.__file__).read_text()

@@ -17,9 +17,9 @@ import os
 import shutil
 import subprocess
 
-from sandbox import image
-from sandbox.backends.base import RUNNER_SOURCE, ProcessBackend
 from sandbox.errors import SandboxUnavailable
+from sandbox.isolation import image
+from sandbox.isolation.backends.base import RUNNER_SOURCE, ProcessBackend
 
 # Runs as root inside the new namespaces, before the program exists; $1 rootfs, $2 uid,
 # $3 tmpfs size, $4 the command's first word onwards.

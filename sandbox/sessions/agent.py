@@ -32,7 +32,7 @@ import tarfile
 import time
 
 if "write_new" not in globals():  # on the host; inside, the host sent that file's source first
-    from sandbox.session_agent_files import read_regular, untar, write_new
+    from sandbox.sessions.agent_files import read_regular, untar, write_new
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4

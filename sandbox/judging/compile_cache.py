@@ -6,7 +6,7 @@ or the compiler's message for a real compile error (the compiler ran and rejecte
 a compiler that ran out of time or memory is not cached, since load can cause that).
 
 How a hit works: the binary goes into the sandbox with the request and the runner runs it
-instead of compiling (sandbox/runner.py); a cached compile error returns CE without entering the
+instead of compiling (sandbox/isolation/runner.py); a cached compile error returns CE without entering the
 sandbox at all. A miss asks the runner to send the binary back after compiling.
 
 Scope: one in-memory LRU per process, bounded by `max_bytes`, shared by every Sandbox of the
@@ -35,7 +35,7 @@ from sandbox.types import Program
 
 log = logging.getLogger("sandbox")
 RUNNER_DIGEST = hashlib.sha256(
-    (Path(__file__).resolve().parent / "runner.py").read_bytes()
+    (Path(__file__).resolve().parent.parent / "isolation" / "runner.py").read_bytes()
 ).hexdigest()
 MAX_BINARY_BYTES = 16 << 20  # larger binaries are compiled each time, not cached
 DEFAULT_DIR = Path.home() / ".cache" / "gspo-agents" / "compile"

@@ -5,7 +5,7 @@ standard library (python3-minimal alone lacks ctypes, decimal, ... which the run
 need) and g++ for C++17. `ensure_rootfs()` runs debootstrap into a cache directory named by the
 recipe's content hash (the bubblewrap and namespaces backends use that directory read-only as their `/`), and
 `ensure_image()` imports the same tree into Docker as `gspo-sandbox:<hash>`. Both are no-ops when
-the cache is already there. Users with a registry can `docker build` sandbox/Dockerfile instead.
+the cache is already there. Users with a registry can `docker build` sandbox/isolation/Dockerfile instead.
 
 Needs root (debootstrap) and network access to a Debian mirror, only the first time.
 """

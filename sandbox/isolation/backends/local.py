@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import tempfile
 
-from sandbox.backends.base import RUNNER_SOURCE, ProcessBackend
+from sandbox.isolation.backends.base import RUNNER_SOURCE, ProcessBackend
 
 
 class UnsafeLocalBackend(ProcessBackend):

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sandbox.core import Sandbox
-from sandbox.functional import function_call
+from sandbox.judging.functional import function_call
 from sandbox.types import (
     LANGUAGES,
     JudgeSpec,
@@ -57,7 +57,7 @@ from sandbox.types import (
     Verdict,
 )
 
-log = logging.getLogger("sandbox.service")
+log = logging.getLogger("sandbox.service.server")
 
 LANGUAGE_ALIASES = {
     "python": "python",

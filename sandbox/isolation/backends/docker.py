@@ -17,7 +17,7 @@ destroyed and replaced too. Key management calls are denied by the syscall filte
 keyrings are the host's: docker has no user namespace).
 
 Whole-tree limits: with a local engine and cgroups, each container gets a pair of cgroups
-(sandbox/cgroups.py); the runner connects once, at start, to a unix socket we bind-mount into the
+(sandbox/isolation/cgroups.py); the runner connects once, at start, to a unix socket we bind-mount into the
 container and receives their fds (fds cannot be inherited through `docker run`); the socket is
 gone before any program runs. Remote engines (or cgroups=False) use the runner's /proc sampling
 fallback inside the container's own memory and pids caps. Several Docker hosts
@@ -40,9 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import cgroups as cgroups_mod
-from sandbox import image
-from sandbox.backends.base import (
+from sandbox.errors import BackendFailure, SandboxUnavailable
+from sandbox.isolation import cgroups as cgroups_mod
+from sandbox.isolation import image
+from sandbox.isolation.backends.base import (
     RUNNER_SOURCE,
     STREAM_LIMIT,
     Backend,
@@ -51,7 +52,6 @@ from sandbox.backends.base import (
     drive,
     stop_process,
 )
-from sandbox.errors import BackendFailure, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 LABEL = "gspo-sandbox.owner"

@@ -6,8 +6,8 @@
     await pool.aclose()
 
 or, with a process-wide pool per backend: `async with sandbox.session(limits, backend=...)`.
-The contract (limits, records, errors) is in sandbox/session_api.py; the in-sandbox half is
-sandbox/session_agent.py. `max_sessions` is a hard cap: `session()` waits for a free slot
+The contract (limits, records, errors) is in sandbox/sessions/api.py; the in-sandbox half is
+sandbox/sessions/agent.py. `max_sessions` is a hard cap: `session()` waits for a free slot
 (backpressure). `warm` sandboxes of the pool's default limits are kept started, so taking one
 costs a JSON round trip; each is used by one session only and destroyed after it, so nothing
 one session leaves can meet another.
@@ -30,10 +30,9 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any
 
-from sandbox.backends.base import allocate_uids
-from sandbox.backends.session_base import Handle, SessionBackend
 from sandbox.errors import BackendFailure, SandboxError, SandboxUnavailable
-from sandbox.session_api import (
+from sandbox.isolation.backends.base import allocate_uids
+from sandbox.sessions.api import (
     ExecResult,
     SessionBudgetExceeded,
     SessionClosed,
@@ -41,6 +40,7 @@ from sandbox.session_api import (
     SessionUsage,
     Workspace,
 )
+from sandbox.sessions.backends.base import Handle, SessionBackend
 
 log = logging.getLogger("sandbox.session")
 SESSION_BACKENDS: tuple[str, ...] = ("auto", "docker", "bubblewrap")
@@ -67,11 +67,11 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
         raise SandboxUnavailable("no session backend works here:\n  " + "\n  ".join(reasons))
     backend: SessionBackend
     if name == "docker":
-        from sandbox.backends.session_docker import DockerSessionBackend
+        from sandbox.sessions.backends.docker import DockerSessionBackend
 
         backend = DockerSessionBackend(**options)
     elif name == "bubblewrap":
-        from sandbox.backends.session_bwrap import BubblewrapSessionBackend
+        from sandbox.sessions.backends.bubblewrap import BubblewrapSessionBackend
 
         backend = BubblewrapSessionBackend(**options)
     else:

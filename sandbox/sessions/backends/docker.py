@@ -20,15 +20,15 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from sandbox.backends.docker import DockerBackend, _run
-from sandbox.backends.session_base import (
+from sandbox.isolation.backends.docker import DockerBackend, _run
+from sandbox.sessions.api import WORKSPACE, SessionLimits
+from sandbox.sessions.backends.base import (
     AGENT_ARGV,
     SESSION_LABEL,
     Handle,
     SessionBackend,
     close_agent,
 )
-from sandbox.session_api import WORKSPACE, SessionLimits
 
 PIDS_MARGIN = 4  # the agent, the kernel, bash
 

@@ -26,16 +26,16 @@ import signal
 import tempfile
 from pathlib import Path
 
-from sandbox.backends.bubblewrap import BubblewrapBackend
-from sandbox.backends.session_base import (
+from sandbox.isolation.backends.bubblewrap import BubblewrapBackend
+from sandbox.isolation.cgroups import pid_alive
+from sandbox.sessions.api import WORKSPACE, SessionLimits
+from sandbox.sessions.backends.base import (
     AGENT_ARGV,
     Handle,
     SessionBackend,
     close_agent,
     kill_uid,
 )
-from sandbox.cgroups import pid_alive
-from sandbox.session_api import WORKSPACE, SessionLimits
 
 log = logging.getLogger(__name__)
 
