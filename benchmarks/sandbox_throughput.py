@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from gspo_agents.tracking import BenchProgress
-from sandbox import Program, Sandbox, SandboxError, TestCase, image
+from sandbox import Program, Sandbox, SandboxError, TestCase
+from sandbox.isolation import image
 
 PY_SRC = "a, b = map(int, input().split())\nprint(a + b)\n"
 CPP_SRC = '#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}\n'

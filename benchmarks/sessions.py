@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from gspo_agents.tracking import BenchProgress
-from sandbox import SandboxError, SessionPool, image
+from sandbox import SandboxError, SessionPool
+from sandbox.isolation import image
 from sandbox.sessions.backends.base import uid_processes
 from sandbox.sessions.backends.bubblewrap import marker_dir
 
