@@ -1,6 +1,8 @@
 """The sandbox as an HTTP service (starlette): our judge endpoint and a SandboxFusion-compatible one.
 
-    GET  /health     {"status": "ok", "backend": ..., "in_flight": n}
+    GET  /health     {"status": "ok" | "draining"} (503 while draining); needs no token
+    GET  /capacity   {"backend", "max_concurrency", "max_queue", "in_flight", "served",
+                     "sessions": {"backend", "max_sessions", "live"} | null, "draining"}
     POST /judge      a program + tests (or function-style tests) -> verdicts (see `parse_judge`)
     POST /run_code   SandboxFusion's request/response shape: {code, language, stdin,
                      compile_timeout, run_timeout, memory_limit_MB} -> {status, message,
@@ -25,6 +27,12 @@ integer; an absent wall_time_s is 3 x time_s + 1 capped at max_time_s. JSON nest
 the parser's limit (~900 levels) is a 400, as is a value nested deeper than 500 levels in
 function-style arguments.
 
+Sessions (`/sessions/...`, sandbox/service/session_routes.py) are served when the app is given
+a SessionService. With a token (sandbox/service/auth.py) every endpoint but /health needs
+`Authorization: Bearer <token>`; `python -m sandbox serve` refuses to bind beyond loopback
+without one. Draining (SIGTERM): uvicorn stops accepting connections and lets in-flight requests
+finish; then the lifespan closes every session and the sandbox.
+
 The service executes code only through the Sandbox it was given; it binds to 127.0.0.1 unless
 told otherwise and has no endpoint that touches the host.
 """
@@ -46,6 +54,8 @@ from starlette.routing import Route
 
 from sandbox.core import Sandbox
 from sandbox.judging.functional import function_call
+from sandbox.service.auth import BearerAuth
+from sandbox.service.session_routes import SessionService
 from sandbox.types import (
     LANGUAGES,
     JudgeSpec,
@@ -94,11 +104,17 @@ class _TooLarge(ValueError):
 
 
 def build_app(
-    sandbox: Sandbox, config: ServiceConfig | None = None, *, owns_sandbox: bool = False
-) -> Starlette:
-    """The ASGI app; with owns_sandbox it closes `sandbox` when the server shuts down."""
+    sandbox: Sandbox,
+    config: ServiceConfig | None = None,
+    *,
+    owns_sandbox: bool = False,
+    token: str | None = None,
+    sessions: SessionService | None = None,
+) -> Any:
+    """The ASGI app; with owns_sandbox it closes `sandbox` when the server shuts down (and
+    `sessions`, which it always owns). With a token, BearerAuth guards every path but /health."""
     config = config or ServiceConfig()
-    state = {"pending": 0}
+    state = {"pending": 0, "served": 0, "draining": False}
     capacity = sandbox.max_concurrency + config.max_queue
 
     async def admitted(request: Request, handler: Any) -> JSONResponse:
@@ -108,10 +124,14 @@ def build_app(
                 status_code=429,
                 headers={"Retry-After": str(config.retry_after_s)},
             )
+        if state["draining"]:
+            return JSONResponse({"error": "this sandbox instance is draining"}, status_code=503)
         state["pending"] += 1
         try:
             body = await _read_json(request, config.max_body_bytes)
-            return JSONResponse(await handler(body))
+            reply = JSONResponse(await handler(body))
+            state["served"] += 1
+            return reply
         except _TooLarge as exc:
             return JSONResponse({"error": str(exc)}, status_code=413)
         except (BadRequest, ValueError, TypeError) as exc:
@@ -141,26 +161,46 @@ def build_app(
         return await admitted(request, handle)
 
     async def health(request: Request) -> JSONResponse:
+        if state["draining"]:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def capacity_info(request: Request) -> JSONResponse:
         return JSONResponse(
-            {"status": "ok", "backend": sandbox.backend_name, "in_flight": state["pending"]}
+            {
+                "backend": sandbox.backend_name,
+                "max_concurrency": sandbox.max_concurrency,
+                "max_queue": config.max_queue,
+                "in_flight": state["pending"],
+                "served": state["served"],
+                "sessions": sessions.capacity() if sessions is not None else None,
+                "draining": state["draining"],
+            }
         )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if sessions is not None:
+            await sessions.start()
         try:
             yield
         finally:
+            state["draining"] = True
+            if sessions is not None:
+                await sessions.aclose()
             if owns_sandbox:
                 await sandbox.aclose()
 
-    return Starlette(
-        routes=[
-            Route("/health", health, methods=["GET"]),
-            Route("/judge", judge, methods=["POST"]),
-            Route("/run_code", run_code, methods=["POST"]),
-        ],
-        lifespan=lifespan,
-    )
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/capacity", capacity_info, methods=["GET"]),
+        Route("/judge", judge, methods=["POST"]),
+        Route("/run_code", run_code, methods=["POST"]),
+    ]
+    if sessions is not None:
+        routes += sessions.routes(_read_json)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    return BearerAuth(app, token) if token is not None else app
 
 
 async def _read_json(request: Request, limit: int) -> dict[str, Any]:

@@ -230,6 +230,16 @@ class SandboxSession:
         if not root.is_dir():
             raise NotADirectoryError(f"upload: {root} is not a local directory")
         blob = await asyncio.to_thread(_tar_tree, root, self.limits.disk_mb << 20)
+        return await self.upload_tar(blob, dest)
+
+    async def upload_tar(self, blob: bytes, dest: str = ".") -> int:
+        """Unpack a tar archive (regular files and dirs) into the workspace; file count. The
+        agent unpacks it inside the sandbox, so a hostile archive harms only the session."""
+        if len(blob) > self.limits.disk_mb << 20:
+            raise ValueError(
+                f"upload: the archive is larger than the session's disk quota "
+                f"({self.limits.disk_mb} MiB, SessionLimits.disk_mb)"
+            )
         request = {"op": "untar", "dest": dest, "data": base64.b64encode(blob).decode()}
         reply = await self._call(request, CALL_MARGIN_S + 60)
         self._raise_error(reply, dest)
