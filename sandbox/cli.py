@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox.core import AUTO_ORDER, BACKENDS, Sandbox, build_backend
+from sandbox.core import AUTO_ORDER, LOCAL_BACKENDS, Sandbox, build_backend
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.isolation import image
 from sandbox.judging import verify as verifying
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", default="auto", choices=BACKENDS)
+        p.add_argument("--backend", default="auto", choices=LOCAL_BACKENDS)
         p.add_argument(
             "--allow-unsafe-local",
             action="store_true",
@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     judge.set_defaults(func=cmd_judge)
 
     verify = verifying.add_parser(sub)
-    verify.add_argument("--backend", default="auto", choices=BACKENDS)
+    verify.add_argument("--backend", default="auto", choices=LOCAL_BACKENDS)
     verify.add_argument("--allow-unsafe-local", action="store_true")
     verify.set_defaults(func=_verify)
 

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from sandbox.core import BACKENDS, Sandbox
+from sandbox.core import LOCAL_BACKENDS, Sandbox
 from sandbox.service.auth import TOKEN_ENV, TokenError, check_bind, load_token
 from sandbox.sessions.pool import SESSION_BACKENDS
 
@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="beyond loopback only with a token")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--backend", default="auto", choices=BACKENDS)
+    serve.add_argument("--backend", default="auto", choices=LOCAL_BACKENDS)
     serve.add_argument("--allow-unsafe-local", action="store_true")
     serve.add_argument("--max-concurrency", type=int, default=4)
     serve.add_argument("--max-queue", type=int, default=256)

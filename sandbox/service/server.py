@@ -318,7 +318,7 @@ def _limits(raw: dict[str, Any], config: ServiceConfig, num_tests: int) -> Limit
     )
 
 
-JUDGE_KEYS = {"language", "source", "tests", "limits", "judge", "early_stop", "function"}
+JUDGE_KEYS = {"language", "source", "tests", "limits", "judge", "early_stop", "function", "entry"}
 
 
 def parse_judge(
@@ -326,7 +326,9 @@ def parse_judge(
 ) -> tuple[Program, list[TestCase], Limits, JudgeSpec, bool]:
     """{"language", "source", "tests": [{"stdin", "expected"?}] or with "function": name
     [{"args" | "kwargs", "expected"?}], "limits"?: {...}, "judge"?: {"mode", "abs_tol",
-    "rel_tol", "checker": {"language", "source"}}, "early_stop"?: bool}"""
+    "rel_tol", "checker": {"language", "source"}, "checker_protocol", "checker_args",
+    "case_sensitive", "space_change_sensitive"}, "early_stop"?: bool}. The `remote` backend
+    sends a function-style Program as "entry" with its already-encoded tests (stdin/expected)."""
     _check_keys(body, JUDGE_KEYS, "the request")
     language = parse_language(_field(body, "language", str))
     source = _field(body, "source", str)
@@ -336,7 +338,13 @@ def parse_judge(
     if not all(isinstance(t, dict) for t in raw_tests):
         raise BadRequest("every test must be a JSON object")
     function = _field(body, "function", str, None)
-    if function is not None:
+    entry = _field(body, "entry", str, None)
+    if function is not None and entry is not None:
+        raise BadRequest("give 'function' (raw cases) or 'entry' (encoded tests), not both")
+    if entry is not None:
+        program = Program(language, source, entry=entry)  # type: ignore[arg-type]
+        tests = [_stdin_test(t, i) for i, t in enumerate(raw_tests)]
+    elif function is not None:
         if language != "python":
             raise BadRequest("function-style tests are supported for python only")
         program, tests = function_call(source, function, raw_tests)
@@ -355,8 +363,20 @@ def _stdin_test(raw: dict[str, Any], index: int) -> TestCase:
     return TestCase(stdin=stdin, expected=_field(raw, "expected", str, None, where=where))
 
 
+JUDGE_SPEC_KEYS = {
+    "mode",
+    "abs_tol",
+    "rel_tol",
+    "checker",
+    "checker_protocol",
+    "checker_args",
+    "case_sensitive",
+    "space_change_sensitive",
+}
+
+
 def _judge_spec(raw: dict[str, Any]) -> JudgeSpec:
-    _check_keys(raw, {"mode", "abs_tol", "rel_tol", "checker"}, "judge")
+    _check_keys(raw, JUDGE_SPEC_KEYS, "judge")
     checker = None
     if raw.get("checker") is not None:
         c = _field(raw, "checker", dict, where="judge.")
@@ -369,7 +389,18 @@ def _judge_spec(raw: dict[str, Any]) -> JudgeSpec:
         abs_tol=_tolerance(raw, "abs_tol"),
         rel_tol=_tolerance(raw, "rel_tol"),
         checker=checker,
+        checker_protocol=_field(raw, "checker_protocol", str, "testlib", where="judge."),
+        checker_args=tuple(_strings(raw, "checker_args")),
+        case_sensitive=_field(raw, "case_sensitive", bool, True, where="judge."),
+        space_change_sensitive=_field(raw, "space_change_sensitive", bool, False, where="judge."),
     )
+
+
+def _strings(raw: dict[str, Any], name: str) -> list[str]:
+    values = _field(raw, name, list, [], where="judge.")
+    if not all(isinstance(v, str) for v in values):
+        raise BadRequest(f"field 'judge.{name}' must be a list of strings")
+    return values
 
 
 def _tolerance(raw: dict[str, Any], name: str) -> float:
