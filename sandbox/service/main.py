@@ -6,7 +6,7 @@
 Binds 127.0.0.1 by default; any other address needs a token (--token-file or
 $GSPO_SANDBOX_TOKEN), checked in constant time on every request but GET /health. SIGTERM drains:
 no new connections, in-flight requests finish (up to --drain-timeout-s), then every session and
-warm sandbox is destroyed and the process exits 0.
+warm sandbox is destroyed, and the process ends by the SIGTERM it deferred (uvicorn re-raises it).
 """
 
 from __future__ import annotations
