@@ -40,6 +40,7 @@ class Host:
     our_sessions: int = 0  # this client's sessions on it now
     reason: str = ""  # why it is down
     checked: bool = False
+    down_at: float = 0.0  # when it was last marked down (monotonic)
 
 
 class Fleet:
@@ -77,6 +78,7 @@ class Fleet:
         await self._notify()
 
     async def _check(self, host: Host) -> None:
+        started = time.monotonic()
         try:
             reply = await self.client.get(host.url + "/capacity", timeout=self.check_timeout_s)
         except httpx.HTTPError as exc:
@@ -99,6 +101,8 @@ class Fleet:
             self.mark_down(host, f"/capacity answered {reply.status_code}: {exc}")
             return
         host.checked = True
+        if host.down_at >= started:  # a failure seen while this check ran is newer: it wins
+            return
         if not host.up:
             log.warning("sandbox service %s is back up", host.url)
         host.up, host.reason = True, ""
@@ -107,6 +111,7 @@ class Fleet:
         if host.up or not host.checked:
             log.warning("sandbox service %s is down: %s", host.url, reason)
         host.up, host.reason, host.checked = False, reason, True
+        host.down_at = time.monotonic()
 
     async def _notify(self) -> None:
         if self._changed is not None:

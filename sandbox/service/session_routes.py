@@ -30,6 +30,7 @@ import binascii
 import contextlib
 import dataclasses
 import logging
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +47,7 @@ from sandbox.sessions.pool import SandboxSession, SessionPool
 
 log = logging.getLogger("sandbox.service.sessions")
 SESSION_HEADER = "X-Sandbox-Session"
+DEFAULT_LIMITS = SessionLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +217,12 @@ def parse_session_limits(raw: Any, caps: SessionCaps) -> SessionLimits:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise BadSessionRequest(f"limits.{name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise BadSessionRequest(f"limits.{name} must be finite, got {value!r}")
+        if isinstance(getattr(DEFAULT_LIMITS, name), int):
+            if not float(value).is_integer():
+                raise BadSessionRequest(f"limits.{name} must be an integer, got {value!r}")
+            raw = {**raw, name: int(value)}
         cap = getattr(caps, name, None)
         if cap is not None and not value <= cap:
             raise BadSessionRequest(f"limits.{name}={value!r} is over this service's cap {cap}")

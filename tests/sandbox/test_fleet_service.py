@@ -72,6 +72,23 @@ def test_token_rules_without_a_server(tmp_path) -> None:
         load_token(None, {"GSPO_SANDBOX_TOKEN": "short"})
 
 
+def test_session_limits_a_client_asks_for_are_checked_and_capped() -> None:
+    from sandbox.service.session_routes import SessionCaps, parse_session_limits
+
+    caps = SessionCaps()
+    assert parse_session_limits({"memory_mb": 512.0, "cpu_s": 30}, caps).memory_mb == 512
+    for bad, needle in [
+        ({"memory_mb": 512.5}, "integer"),
+        ({"memory_mb": caps.memory_mb + 1}, "cap"),
+        ({"call_cpu_s": float("inf")}, "finite"),
+        ({"cpu_s": "a lot"}, "number"),
+        ({"disk_gb": 1}, "unknown"),
+        ({"processes": 0}, "positive"),
+    ]:
+        with pytest.raises(ValueError, match=needle):
+            parse_session_limits(bad, caps)
+
+
 def test_serve_refuses_a_non_loopback_bind_without_a_token() -> None:
     env = {k: v for k, v in os.environ.items() if k != "GSPO_SANDBOX_TOKEN"}
     env["PYTHONPATH"] = str(REPO)
