@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the sandbox tests need on a clean Debian 12 machine, as root; safe to rerun.
-#   1. apt: docker.io, bubblewrap, debootstrap, iproute2 (only what is missing)
+#   1. apt: docker.io, bubblewrap, debootstrap, iproute2, haproxy (only what is missing; haproxy:
+#      the load balancer of the fleet tests, tests/sandbox/test_fleet_haproxy.py)
 #   2. dockerd in the background, wait until it answers (GSPO_DOCKERD_WAIT_S, default 60 s;
 #      its log: GSPO_DOCKERD_LOG, default /var/log/gspo-dockerd.log)
 #   3. the sandbox rootfs + Docker image, built offline with debootstrap (cached by recipe hash)
@@ -22,6 +23,7 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # namespaces: loopback up
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)  # fleet tests: services behind a LB
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup_sandbox.sh: installing ${missing[*]}"
   if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; }; then

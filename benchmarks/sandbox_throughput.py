@@ -12,6 +12,9 @@ Workload: `--tests` tests of a correct A+B in Python and in C++, grouped into su
   bubblewrap   our backend: one bwrap sandbox per submission
   namespaces   our backend: one unshare+chroot sandbox per submission
   unsandboxed  the floor: a plain host subprocess per test, no runner, no isolation
+  remote       the `remote` backend over two `python -m sandbox serve` services on loopback,
+               each with the docker backend and half of --concurrency slots (the same number
+               of warm containers as the docker row), token checked, over real HTTP
 Rows whose backend is unavailable are reported as such. Needs root for namespaces. The rows run
 in interleaved rounds (`--concurrency` submissions per row per round), so load that drifts
 during the run (other jobs on a shared machine) affects every row alike.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
@@ -28,6 +32,8 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+from loopback_fleet import loopback_fleet
 
 from gspo_agents.tracking import BenchProgress
 from sandbox import Program, Sandbox, SandboxError, TestCase
@@ -147,6 +153,7 @@ class Row:
         self.sandbox: Sandbox | None = None
         self.elapsed, self.passed, self.unavailable = 0.0, 0, ""
         self.rounds = 0
+        self.fleet: contextlib.ExitStack | None = None
 
     async def setup(self, lang: str) -> None:
         if self.name in ("unsandboxed", "docker-run", "docker-run-xN"):
@@ -155,6 +162,8 @@ class Row:
             name, options = self.name, {}
             if name == "docker-default-cgroup":  # Docker's own /docker cgroup nesting
                 name, options = "docker", {"cgroup_parent": None}
+            if name == "remote":
+                options = self._start_fleet()
             self.sandbox = Sandbox.create(name, max_concurrency=self.args.concurrency, **options)  # type: ignore[arg-type]
         except SandboxError as exc:
             self.unavailable = f"unavailable: {exc}".splitlines()[0][:60]
@@ -189,9 +198,19 @@ class Row:
         self.passed += passed
         self.rounds += 1
 
+    def _start_fleet(self) -> dict[str, object]:
+        self.fleet = contextlib.ExitStack()
+        slots = max(1, (self.args.concurrency + 1) // 2)
+        urls, token = self.fleet.enter_context(
+            loopback_fleet(2, backend="docker", max_concurrency=slots)
+        )
+        return {"urls": urls, "token": token}
+
     async def close(self) -> Result:
         if self.sandbox is not None:
             await self.sandbox.aclose()
+        if self.fleet is not None:
+            await asyncio.to_thread(self.fleet.close)
         return self.unavailable or (self.args.tests / self.elapsed, self.passed)
 
 
@@ -222,7 +241,8 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--baseline-concurrency", type=int, default=1)
     parser.add_argument(
-        "--rows", default="docker-run,docker-run-xN,docker,bubblewrap,namespaces,unsandboxed"
+        "--rows",
+        default="docker-run,docker-run-xN,docker,remote,bubblewrap,namespaces,unsandboxed",
     )
     args = parser.parse_args()
     rows = args.rows.split(",")
@@ -247,20 +267,17 @@ def print_table(
         f"{args.concurrency} (docker-run: {args.baseline_concurrency}), {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}\n"
     )
-    print("| backend | lang | tests/s | passed | x docker-run | x unsandboxed |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| backend | lang | tests/s | passed | x docker-run | x docker | x unsandboxed |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for name in rows:
         for lang in ("python", "cpp"):
             r = results[name, lang]
             if isinstance(r, str):
-                print(f"| {name} | {lang} | {r} | | | |")
+                print(f"| {name} | {lang} | {r} | | | | |")
                 continue
-            base, floor = results.get(("docker-run", lang)), results.get(("unsandboxed", lang))
-            vs_base = f"{r[0] / base[0]:.1f}" if isinstance(base, tuple) else "-"
-            vs_floor = f"{r[0] / floor[0]:.2f}" if isinstance(floor, tuple) else "-"
-            print(
-                f"| {name} | {lang} | {r[0]:.1f} | {r[1]}/{args.tests} | {vs_base} | {vs_floor} |"
-            )
+            vs = [results.get((other, lang)) for other in ("docker-run", "docker", "unsandboxed")]
+            ratios = [f"{r[0] / o[0]:.2f}" if isinstance(o, tuple) else "-" for o in vs]
+            print(f"| {name} | {lang} | {r[0]:.1f} | {r[1]}/{args.tests} | {' | '.join(ratios)} |")
 
 
 if __name__ == "__main__":

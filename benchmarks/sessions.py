@@ -9,7 +9,9 @@ Rows, per session backend:
   close          leaving the `async with` (the agent killed, the container removed)
   exec `true`    a trivial `ws.exec("true")` in a live session (bash with the shell state)
   python `1`     a trivial `ws.python("1")` in the live kernel
-and the baselines: `docker exec` into a running container (`true`, `python3 -c pass`) and a bare
+and, per `--remote-backends` backend, the same two calls in a session of the `remote` backend
+(two `python -m sandbox serve` services on loopback with that session backend, over HTTP with
+the token checked); and the baselines: `docker exec` into a running container (`true`, `python3 -c pass`) and a bare
 local subprocess (`/bin/true`, `python3 -c pass`), no isolation at all.
 Then `--concurrent` sessions started at once (pool cap = that many): wall time until all answered
 an exec, memory: the PSS of every host process they need (agents and their children, our
@@ -33,8 +35,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from loopback_fleet import loopback_fleet
+
 from gspo_agents.tracking import BenchProgress
-from sandbox import SandboxError, SessionPool
+from sandbox import Sandbox, SandboxError, SessionPool
 from sandbox.isolation import image
 from sandbox.sessions.backends.base import uid_processes
 from sandbox.sessions.backends.bubblewrap import marker_dir
@@ -142,6 +146,24 @@ async def session_rows(backend: str, calls: int, starts: int, progress: BenchPro
     return rows
 
 
+async def remote_rows(backend: str, calls: int, progress: BenchProgress) -> list[Row]:
+    """exec/python latency in a remote session (a live one: the start is not timed)."""
+    rows: list[Row] = []
+    with loopback_fleet(2, backend=backend, max_concurrency=2, sessions=4) as (urls, token):
+        sb = Sandbox.create("remote", urls=urls, token=token)  # type: ignore[arg-type]
+        try:
+            async with sb.session() as ws:  # type: ignore[attr-defined]
+                await ws.exec("true")
+                await ws.python("1")
+                exec_s = await timed(lambda: ws.exec("true"), calls, progress)
+                rows.append((f"remote ({backend}, 2 services): exec `true`", *ms(exec_s)))
+                python_s = await timed(lambda: ws.python("1"), calls, progress)
+                rows.append((f"remote ({backend}, 2 services): python `1`", *ms(python_s)))
+        finally:
+            await sb.aclose()
+    return rows
+
+
 async def run(argv: list[str]) -> int:
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
@@ -233,12 +255,15 @@ async def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--concurrent", type=int, default=64)
+    parser.add_argument("--remote-backends", default="docker", help="'' for none")
     args = parser.parse_args()
     backends, baseline_calls = args.backends.split(","), min(args.calls, 30)
     # in timed samples (a session started, a call answered), so the ETA spans every row; after
     # each part the count moves on to its plan (an unavailable backend takes no samples)
     per_backend = 2 * args.starts + 2 * args.calls
+    remote = list(filter(None, args.remote_backends.split(",")))
     total = len(backends) * (per_backend + args.concurrent) + 4 * baseline_calls
+    total += 2 * args.calls * len(remote)
     progress = BenchProgress("samples, all rows", total, min_interval_s=5.0)
     rows: list[Row] = []
     planned = 0
@@ -248,6 +273,13 @@ async def main() -> None:
         except SandboxError as exc:
             rows.append((backend, "n/a", str(exc)[:100]))
         planned += per_backend
+        progress.tick(planned)
+    for backend in remote:
+        try:
+            rows += await remote_rows(backend, args.calls, progress)
+        except SandboxError as exc:
+            rows.append((f"remote ({backend})", "n/a", str(exc)[:100]))
+        planned += 2 * args.calls
         progress.tick(planned)
     rows += await baseline_rows(baseline_calls, progress)
     planned += 4 * baseline_calls

@@ -6,6 +6,8 @@ config.
 
 from __future__ import annotations
 
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents.env_sizing import needs_sandbox
@@ -29,10 +31,14 @@ def build_sandbox(cfg: DictConfig, env_name: str):
         return None
     from sandbox import Sandbox
 
+    options: dict[str, Any] = {}
+    if cfg.sandbox.backend == "remote":  # the token comes from GSPO_SANDBOX_TOKEN
+        options["urls"] = list(cfg.sandbox.urls)
     return Sandbox.create(
         cfg.sandbox.backend,
         max_concurrency=cfg.sandbox.max_concurrency,
         allow_unsafe_local=cfg.sandbox.allow_unsafe_local,
+        **options,
     )
 
 

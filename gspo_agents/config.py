@@ -58,9 +58,11 @@ class EngineConfig:
 
 @dataclass
 class SandboxConfig:
-    backend: str = "auto"  # auto | docker | bubblewrap | namespaces | unsafe-local
-    max_concurrency: int = 4
+    backend: str = "auto"  # auto | docker | bubblewrap | namespaces | unsafe-local | remote
+    max_concurrency: int = 4  # runs in flight (remote: over all services together)
     allow_unsafe_local: bool = False
+    # remote: `python -m sandbox serve` instances or their load balancer; token: GSPO_SANDBOX_TOKEN
+    urls: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -178,7 +180,14 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("model", "name"): ("tiny", "tiny-agent", "tiny-moe", "hf"),
     ("engine", "kind"): ("local", "sglang"),
     ("engine", "pause_mode"): ("abort", "in_place", "retract"),
-    ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
+    ("sandbox", "backend"): (
+        "auto",
+        "docker",
+        "bubblewrap",
+        "namespaces",
+        "unsafe-local",
+        "remote",
+    ),  # fmt: skip
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
     ("algorithm", "loss_agg"): ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum"),
     ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),
@@ -255,6 +264,11 @@ def check_choices(cfg: Any) -> None:
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError(
             "model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)"
+        )
+    if cfg.sandbox.backend == "remote" and not cfg.sandbox.urls:
+        raise ConfigError(
+            "sandbox=remote needs sandbox.urls=[http://host:port,...] (`python -m sandbox "
+            "serve` instances or their load balancer; the token comes from GSPO_SANDBOX_TOKEN)"
         )
     if cfg.engine.kind == "sglang" and not cfg.engine.urls:
         raise ConfigError(

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox.core import AUTO_ORDER, BACKENDS, Sandbox, build_backend
+from sandbox.core import AUTO_ORDER, LOCAL_BACKENDS, Sandbox, build_backend
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.isolation import image
 from sandbox.judging import verify as verifying
 from sandbox.judging.functional import function_call
+from sandbox.service import main as serve_command
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, Verdict
 
 EXTENSIONS = {".py": "python", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c++": "cpp"}
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--backend", default="auto", choices=BACKENDS)
+        p.add_argument("--backend", default="auto", choices=LOCAL_BACKENDS)
         p.add_argument(
             "--allow-unsafe-local",
             action="store_true",
@@ -101,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     judge.set_defaults(func=cmd_judge)
 
     verify = verifying.add_parser(sub)
-    verify.add_argument("--backend", default="auto", choices=BACKENDS)
+    verify.add_argument("--backend", default="auto", choices=LOCAL_BACKENDS)
     verify.add_argument("--allow-unsafe-local", action="store_true")
     verify.set_defaults(func=_verify)
 
@@ -109,14 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--no-build", action="store_true", help="only check, never build")
     doctor.set_defaults(func=cmd_doctor)
 
-    serve = sub.add_parser("serve", help="HTTP service: /judge and SandboxFusion's /run_code")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--backend", default="auto", choices=BACKENDS)
-    serve.add_argument("--allow-unsafe-local", action="store_true")
-    serve.add_argument("--max-concurrency", type=int, default=4)
-    serve.add_argument("--max-queue", type=int, default=256)
-    serve.set_defaults(func=cmd_serve)
+    serve_command.add_parser(sub)
     return parser
 
 
@@ -396,24 +390,3 @@ def _docker_reachable() -> bool:
 
 async def _close(backend: Any) -> None:
     await backend.aclose()
-
-
-# ---- serve ----------------------------------------------------------------------------------
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from sandbox.service.server import ServiceConfig, build_app
-
-    sandbox = Sandbox.create(
-        args.backend,
-        max_concurrency=args.max_concurrency,
-        allow_unsafe_local=args.allow_unsafe_local,
-    )
-    app = build_app(sandbox, ServiceConfig(max_queue=args.max_queue), owns_sandbox=True)
-    print(
-        f"serving the {sandbox.backend_name} sandbox on http://{args.host}:{args.port} "
-        "(/judge, /run_code, /health)",
-        file=sys.stderr,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return EXIT_OK

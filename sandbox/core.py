@@ -18,8 +18,9 @@ from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestR
 
 log = logging.getLogger("sandbox")
 
-BackendName = Literal["auto", "docker", "bubblewrap", "namespaces", "unsafe-local"]
-BACKENDS: tuple[str, ...] = ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local")
+BackendName = Literal["auto", "docker", "bubblewrap", "namespaces", "unsafe-local", "remote"]
+LOCAL_BACKENDS: tuple[str, ...] = ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local")
+BACKENDS: tuple[str, ...] = (*LOCAL_BACKENDS, "remote")  # remote: sandbox/service/remote.py
 AUTO_ORDER: tuple[str, ...] = ("docker", "bubblewrap", "namespaces")  # strongest first
 COMPILE_LIMITS = Limits(
     time_s=20.0, memory_mb=2048, output_bytes=1 << 20, processes=32, wall_time_s=60.0
@@ -102,6 +103,10 @@ class Sandbox:
             raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency} must be >= 1")
+        if backend == "remote":  # urls=[...], token=...: runs on `python -m sandbox serve`
+            from sandbox.service.remote import RemoteSandbox
+
+            return RemoteSandbox(max_concurrency=max_concurrency, **backend_options)
         if backend == "unsafe-local":
             if not allow_unsafe_local:
                 raise SandboxUnavailable(

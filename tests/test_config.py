@@ -33,7 +33,7 @@ EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
 engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode
-sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
+sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local sandbox.urls
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
 algorithm.seq_is_cap algorithm.seq_mask_bound algorithm.routing_replay
@@ -127,3 +127,14 @@ def test_engine_pause_mode_reaches_the_sglang_engine():
         engine = build_engine(cfg, "unused", 0)
         assert engine._pause_mode == mode
         asyncio.run(engine.close())
+
+
+def test_remote_sandbox_needs_urls_and_takes_them():
+    with pytest.raises(ValueError, match="sandbox.urls"):
+        check_choices(compose_run("sandbox=remote"))
+    cfg = compose_run("sandbox=remote", "sandbox.urls=[http://sb1:8080,http://sb2:8080]")
+    check_choices(cfg)
+    assert cfg.sandbox.backend == "remote"
+    assert list(cfg.sandbox.urls) == ["http://sb1:8080", "http://sb2:8080"]
+    with pytest.raises(ValueError, match="remote"):
+        check_choices(compose_run("sandbox.backend=remot"))

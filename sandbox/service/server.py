@@ -1,6 +1,8 @@
 """The sandbox as an HTTP service (starlette): our judge endpoint and a SandboxFusion-compatible one.
 
-    GET  /health     {"status": "ok", "backend": ..., "in_flight": n}
+    GET  /health     {"status": "ok" | "draining"} (503 while draining); needs no token
+    GET  /capacity   {"backend", "max_concurrency", "max_queue", "in_flight", "served",
+                     "sessions": {"backend", "max_sessions", "live"} | null, "draining"}
     POST /judge      a program + tests (or function-style tests) -> verdicts (see `parse_judge`)
     POST /run_code   SandboxFusion's request/response shape: {code, language, stdin,
                      compile_timeout, run_timeout, memory_limit_MB} -> {status, message,
@@ -25,6 +27,12 @@ integer; an absent wall_time_s is 3 x time_s + 1 capped at max_time_s. JSON nest
 the parser's limit (~900 levels) is a 400, as is a value nested deeper than 500 levels in
 function-style arguments.
 
+Sessions (`/sessions/...`, sandbox/service/session_routes.py) are served when the app is given
+a SessionService. With a token (sandbox/service/auth.py) every endpoint but /health needs
+`Authorization: Bearer <token>`; `python -m sandbox serve` refuses to bind beyond loopback
+without one. Draining (SIGTERM): uvicorn stops accepting connections and lets in-flight requests
+finish; then the lifespan closes every session and the sandbox.
+
 The service executes code only through the Sandbox it was given; it binds to 127.0.0.1 unless
 told otherwise and has no endpoint that touches the host.
 """
@@ -46,6 +54,8 @@ from starlette.routing import Route
 
 from sandbox.core import Sandbox
 from sandbox.judging.functional import function_call
+from sandbox.service.auth import BearerAuth
+from sandbox.service.session_routes import SessionService
 from sandbox.types import (
     LANGUAGES,
     JudgeSpec,
@@ -94,11 +104,17 @@ class _TooLarge(ValueError):
 
 
 def build_app(
-    sandbox: Sandbox, config: ServiceConfig | None = None, *, owns_sandbox: bool = False
-) -> Starlette:
-    """The ASGI app; with owns_sandbox it closes `sandbox` when the server shuts down."""
+    sandbox: Sandbox,
+    config: ServiceConfig | None = None,
+    *,
+    owns_sandbox: bool = False,
+    token: str | None = None,
+    sessions: SessionService | None = None,
+) -> Any:
+    """The ASGI app; with owns_sandbox it closes `sandbox` when the server shuts down (and
+    `sessions`, which it always owns). With a token, BearerAuth guards every path but /health."""
     config = config or ServiceConfig()
-    state = {"pending": 0}
+    state = {"pending": 0, "served": 0, "draining": False}
     capacity = sandbox.max_concurrency + config.max_queue
 
     async def admitted(request: Request, handler: Any) -> JSONResponse:
@@ -108,10 +124,14 @@ def build_app(
                 status_code=429,
                 headers={"Retry-After": str(config.retry_after_s)},
             )
+        if state["draining"]:
+            return JSONResponse({"error": "this sandbox instance is draining"}, status_code=503)
         state["pending"] += 1
         try:
             body = await _read_json(request, config.max_body_bytes)
-            return JSONResponse(await handler(body))
+            reply = JSONResponse(await handler(body))
+            state["served"] += 1
+            return reply
         except _TooLarge as exc:
             return JSONResponse({"error": str(exc)}, status_code=413)
         except (BadRequest, ValueError, TypeError) as exc:
@@ -141,26 +161,46 @@ def build_app(
         return await admitted(request, handle)
 
     async def health(request: Request) -> JSONResponse:
+        if state["draining"]:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def capacity_info(request: Request) -> JSONResponse:
         return JSONResponse(
-            {"status": "ok", "backend": sandbox.backend_name, "in_flight": state["pending"]}
+            {
+                "backend": sandbox.backend_name,
+                "max_concurrency": sandbox.max_concurrency,
+                "max_queue": config.max_queue,
+                "in_flight": state["pending"],
+                "served": state["served"],
+                "sessions": sessions.capacity() if sessions is not None else None,
+                "draining": state["draining"],
+            }
         )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if sessions is not None:
+            await sessions.start()
         try:
             yield
         finally:
+            state["draining"] = True
+            if sessions is not None:
+                await sessions.aclose()
             if owns_sandbox:
                 await sandbox.aclose()
 
-    return Starlette(
-        routes=[
-            Route("/health", health, methods=["GET"]),
-            Route("/judge", judge, methods=["POST"]),
-            Route("/run_code", run_code, methods=["POST"]),
-        ],
-        lifespan=lifespan,
-    )
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/capacity", capacity_info, methods=["GET"]),
+        Route("/judge", judge, methods=["POST"]),
+        Route("/run_code", run_code, methods=["POST"]),
+    ]
+    if sessions is not None:
+        routes += sessions.routes(_read_json)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    return BearerAuth(app, token) if token is not None else app
 
 
 async def _read_json(request: Request, limit: int) -> dict[str, Any]:
@@ -278,7 +318,7 @@ def _limits(raw: dict[str, Any], config: ServiceConfig, num_tests: int) -> Limit
     )
 
 
-JUDGE_KEYS = {"language", "source", "tests", "limits", "judge", "early_stop", "function"}
+JUDGE_KEYS = {"language", "source", "tests", "limits", "judge", "early_stop", "function", "entry"}
 
 
 def parse_judge(
@@ -286,7 +326,9 @@ def parse_judge(
 ) -> tuple[Program, list[TestCase], Limits, JudgeSpec, bool]:
     """{"language", "source", "tests": [{"stdin", "expected"?}] or with "function": name
     [{"args" | "kwargs", "expected"?}], "limits"?: {...}, "judge"?: {"mode", "abs_tol",
-    "rel_tol", "checker": {"language", "source"}}, "early_stop"?: bool}"""
+    "rel_tol", "checker": {"language", "source"}, "checker_protocol", "checker_args",
+    "case_sensitive", "space_change_sensitive"}, "early_stop"?: bool}. The `remote` backend
+    sends a function-style Program as "entry" with its already-encoded tests (stdin/expected)."""
     _check_keys(body, JUDGE_KEYS, "the request")
     language = parse_language(_field(body, "language", str))
     source = _field(body, "source", str)
@@ -296,7 +338,13 @@ def parse_judge(
     if not all(isinstance(t, dict) for t in raw_tests):
         raise BadRequest("every test must be a JSON object")
     function = _field(body, "function", str, None)
-    if function is not None:
+    entry = _field(body, "entry", str, None)
+    if function is not None and entry is not None:
+        raise BadRequest("give 'function' (raw cases) or 'entry' (encoded tests), not both")
+    if entry is not None:
+        program = Program(language, source, entry=entry)  # type: ignore[arg-type]
+        tests = [_stdin_test(t, i) for i, t in enumerate(raw_tests)]
+    elif function is not None:
         if language != "python":
             raise BadRequest("function-style tests are supported for python only")
         program, tests = function_call(source, function, raw_tests)
@@ -315,8 +363,20 @@ def _stdin_test(raw: dict[str, Any], index: int) -> TestCase:
     return TestCase(stdin=stdin, expected=_field(raw, "expected", str, None, where=where))
 
 
+JUDGE_SPEC_KEYS = {
+    "mode",
+    "abs_tol",
+    "rel_tol",
+    "checker",
+    "checker_protocol",
+    "checker_args",
+    "case_sensitive",
+    "space_change_sensitive",
+}
+
+
 def _judge_spec(raw: dict[str, Any]) -> JudgeSpec:
-    _check_keys(raw, {"mode", "abs_tol", "rel_tol", "checker"}, "judge")
+    _check_keys(raw, JUDGE_SPEC_KEYS, "judge")
     checker = None
     if raw.get("checker") is not None:
         c = _field(raw, "checker", dict, where="judge.")
@@ -329,7 +389,18 @@ def _judge_spec(raw: dict[str, Any]) -> JudgeSpec:
         abs_tol=_tolerance(raw, "abs_tol"),
         rel_tol=_tolerance(raw, "rel_tol"),
         checker=checker,
+        checker_protocol=_field(raw, "checker_protocol", str, "testlib", where="judge."),
+        checker_args=tuple(_strings(raw, "checker_args")),
+        case_sensitive=_field(raw, "case_sensitive", bool, True, where="judge."),
+        space_change_sensitive=_field(raw, "space_change_sensitive", bool, False, where="judge."),
     )
+
+
+def _strings(raw: dict[str, Any], name: str) -> list[str]:
+    values = _field(raw, name, list, [], where="judge.")
+    if not all(isinstance(v, str) for v in values):
+        raise BadRequest(f"field 'judge.{name}' must be a list of strings")
+    return values
 
 
 def _tolerance(raw: dict[str, Any], name: str) -> float:

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import secrets
+import sys
 import tarfile
 import weakref
 from collections.abc import AsyncIterator, Coroutine
@@ -80,7 +81,43 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     return backend
 
 
-class SandboxSession:
+class WorkspaceFiles:
+    """download / upload on top of a workspace's read_file / upload_tar (local and remote)."""
+
+    limits: SessionLimits
+
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        raise NotImplementedError
+
+    async def upload_tar(self, blob: bytes, dest: str = ".") -> int:
+        raise NotImplementedError
+
+    async def download(self, path: str, local_path: str | Path | None = None) -> bytes:
+        data = await self.read_file(path)
+        if local_path is not None:
+            Path(local_path).write_bytes(data)
+        return data
+
+    async def upload(self, local_dir: str | Path, dest: str = ".") -> int:
+        root = Path(local_dir)
+        if not root.is_dir():
+            raise NotADirectoryError(f"upload: {root} is not a local directory")
+        blob = await asyncio.to_thread(_tar_tree, root, self.limits.disk_mb << 20)
+        return await self.upload_tar(blob, dest)
+
+
+def file_payload(path: str, data: str | bytes, limits: SessionLimits) -> bytes:
+    """write_file's bytes, refused (ValueError) past SessionLimits.max_file_bytes."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if len(raw) > limits.max_file_bytes:
+        raise ValueError(
+            f"write_file({path!r}): {len(raw)} bytes exceeds "
+            f"SessionLimits.max_file_bytes={limits.max_file_bytes}"
+        )
+    return raw
+
+
+class SandboxSession(WorkspaceFiles):
     """One live session (implements session_api.Workspace). Calls are serialized."""
 
     def __init__(self, pool: SessionPool, handle: Handle, limits: SessionLimits) -> None:
@@ -203,12 +240,7 @@ class SandboxSession:
 
     # ---- files --------------------------------------------------------------------------
     async def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
-        raw = data.encode() if isinstance(data, str) else bytes(data)
-        if len(raw) > self.limits.max_file_bytes:
-            raise ValueError(
-                f"write_file({path!r}): {len(raw)} bytes exceeds "
-                f"SessionLimits.max_file_bytes={self.limits.max_file_bytes}"
-            )
+        raw = file_payload(path, data, self.limits)
         request = {"op": "write", "path": path, "mode": mode}
         request["data"] = base64.b64encode(raw).decode()
         self._raise_error(await self._call(request, CALL_MARGIN_S + 30), path)
@@ -219,17 +251,14 @@ class SandboxSession:
         self._raise_error(reply, path)
         return base64.b64decode(reply["data"])
 
-    async def download(self, path: str, local_path: str | Path | None = None) -> bytes:
-        data = await self.read_file(path)
-        if local_path is not None:
-            Path(local_path).write_bytes(data)
-        return data
-
-    async def upload(self, local_dir: str | Path, dest: str = ".") -> int:
-        root = Path(local_dir)
-        if not root.is_dir():
-            raise NotADirectoryError(f"upload: {root} is not a local directory")
-        blob = await asyncio.to_thread(_tar_tree, root, self.limits.disk_mb << 20)
+    async def upload_tar(self, blob: bytes, dest: str = ".") -> int:
+        """Unpack a tar archive (regular files and dirs) into the workspace; file count. The
+        agent unpacks it inside the sandbox, so a hostile archive harms only the session."""
+        if len(blob) > self.limits.disk_mb << 20:
+            raise ValueError(
+                f"upload: the archive is larger than the session's disk quota "
+                f"({self.limits.disk_mb} MiB, SessionLimits.disk_mb)"
+            )
         request = {"op": "untar", "dest": dest, "data": base64.b64encode(blob).decode()}
         reply = await self._call(request, CALL_MARGIN_S + 60)
         self._raise_error(reply, dest)
@@ -452,7 +481,14 @@ async def session(
     limits: SessionLimits | None = None, *, backend: str = "auto", **pool_options: Any
 ) -> AsyncIterator[SandboxSession]:
     """`async with sandbox.session(SessionLimits(...), backend="docker") as ws:` on a shared
-    pool per (event loop, backend, options); close them with `await close_sessions()`."""
+    pool per (event loop, backend, options); close them with `await close_sessions()`.
+    backend="remote" (with urls=[...], token=...) puts the session on a sandbox service."""
+    if backend == "remote":  # urls=[...], token=...: a session on a sandbox service
+        from sandbox.service.remote import shared_remote
+
+        async with shared_remote(pool_options).session(limits) as remote_ws:
+            yield remote_ws
+        return
     pools = _default_pools.setdefault(asyncio.get_running_loop(), {})
     key = repr((backend, sorted(pool_options.items())))
     pool = pools.get(key)
@@ -466,6 +502,8 @@ async def close_sessions() -> None:
     """Close the shared pools that `session()` made on this event loop (trainer shutdown)."""
     pools = list(_default_pools.pop(asyncio.get_running_loop(), {}).values())
     await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)
+    if "sandbox.service.remote" in sys.modules:
+        await sys.modules["sandbox.service.remote"].close_shared()
 
 
 def _implements_the_protocol(ws: SandboxSession) -> Workspace:

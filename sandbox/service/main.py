@@ -1,0 +1,103 @@
+"""`python -m sandbox serve`: one instance of the sandbox service (a fleet member).
+
+    GSPO_SANDBOX_TOKEN=... python -m sandbox serve --host 0.0.0.0 --port 8080 \\
+        --backend docker --max-concurrency 8 --max-sessions 32
+
+Binds 127.0.0.1 by default; any other address needs a token (--token-file or
+$GSPO_SANDBOX_TOKEN), checked in constant time on every request but GET /health. SIGTERM drains:
+no new connections, in-flight requests finish (up to --drain-timeout-s), then every session and
+warm sandbox is destroyed, and the process ends by the SIGTERM it deferred (uvicorn re-raises it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from sandbox.core import LOCAL_BACKENDS, Sandbox
+from sandbox.service.auth import TOKEN_ENV, TokenError, check_bind, load_token
+from sandbox.sessions.pool import SESSION_BACKENDS
+
+EXIT_OK, EXIT_USAGE = 0, 2
+# Idle keep-alive connections live this long; clients expire theirs sooner (remote.py), so a
+# request is never sent on a connection the server is closing (an ambiguous loss, see remote.py).
+KEEP_ALIVE_S = 30
+
+
+def add_parser(sub: Any) -> None:
+    serve = sub.add_parser(
+        "serve", help="HTTP service: /judge, SandboxFusion's /run_code, sessions"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="beyond loopback only with a token")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--backend", default="auto", choices=LOCAL_BACKENDS)
+    serve.add_argument("--allow-unsafe-local", action="store_true")
+    serve.add_argument("--max-concurrency", type=int, default=4)
+    serve.add_argument("--max-queue", type=int, default=256)
+    serve.add_argument(
+        "--token-file", help=f"file holding the bearer token (else ${TOKEN_ENV}, else none)"
+    )
+    serve.add_argument(
+        "--max-sessions", type=int, default=0, help="live sessions at most (0: no /sessions)"
+    )
+    serve.add_argument("--session-backend", default="auto", choices=SESSION_BACKENDS)
+    serve.add_argument("--session-warm", type=int, default=0, help="warm session sandboxes")
+    serve.add_argument(
+        "--session-idle-s", type=float, default=900.0, help="close sessions idle this long"
+    )
+    serve.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        default=900.0,
+        help="on SIGTERM, wait this long for in-flight requests before cancelling them",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sandbox.service.server import ServiceConfig, build_app
+    from sandbox.service.session_routes import SessionCaps, SessionService
+    from sandbox.sessions.pool import SessionPool
+
+    try:
+        token = load_token(args.token_file)
+        check_bind(args.host, token)
+    except TokenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    sandbox = Sandbox.create(
+        args.backend,
+        max_concurrency=args.max_concurrency,
+        allow_unsafe_local=args.allow_unsafe_local,
+    )
+    sessions = None
+    if args.max_sessions > 0:
+        pool = SessionPool(
+            args.session_backend, max_sessions=args.max_sessions, warm=args.session_warm
+        )
+        sessions = SessionService(pool, SessionCaps(idle_s=args.session_idle_s))
+    app = build_app(
+        sandbox,
+        ServiceConfig(max_queue=args.max_queue),
+        owns_sandbox=True,
+        token=token,
+        sessions=sessions,
+    )
+    print(
+        f"serving the {sandbox.backend_name} sandbox on http://{args.host}:{args.port} "
+        f"(/judge, /run_code, /capacity, /health{', /sessions' if sessions else ''}; "
+        f"token: {'required' if token else 'none, loopback only'})",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=args.drain_timeout_s,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
+    return EXIT_OK
