@@ -137,10 +137,11 @@ class SlotGroups:
     fds: list[int] = field(default_factory=list)
 
     @classmethod
-    def create(cls, h: Hierarchy, name: str) -> SlotGroups:
+    def create(cls, h: Hierarchy, name: str, phases: tuple[str, ...] = PHASES) -> SlotGroups:
+        """The groups of `phases` (the runner's compile and test; a session's one group)."""
         slot = cls(h, f"{os.getpid()}.{name}")
         try:
-            for phase in PHASES:
+            for phase in phases:
                 slot.groups[phase] = slot._make(phase)
         except OSError:
             slot.close()
@@ -196,6 +197,14 @@ class SlotGroups:
             "pids_max": self._open(path / "pids.max", wr),
             "cpu": self._open(path / "cpu.stat", rd),
         }
+
+    def set_limits(self, phase: str, memory_bytes: int, processes: int) -> None:
+        """Write a group's memory (no swap) and process limits from the host."""
+        group = self.groups[phase]
+        os.pwrite(group["mem_max"], str(memory_bytes).encode(), 0)
+        if group["swap_max"] is not None:  # v1: memory+swap, at least the memory limit
+            os.pwrite(group["swap_max"], str(memory_bytes).encode(), 0)
+        os.pwrite(group["pids_max"], str(processes).encode(), 0)
 
     def close(self) -> None:
         for fd in self.fds:

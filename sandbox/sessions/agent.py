@@ -31,14 +31,15 @@ import sys
 import tarfile
 import time
 
-if "write_new" not in globals():  # on the host; inside, the host sent that file's source first
+if "write_new" not in globals():  # on the host; inside, the host sent those files' source first
     from sandbox.sessions.agent_files import read_regular, untar, write_new
+    from sandbox.sessions.agent_limits import Group, ProcTree, all_stopped, receive_group
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1 << 20
 POLL_S = 0.02
+STOP_WAIT_S = 2.0  # a kernel thread stuck in the kernel (D state) longer than this: kill it
 STATE_DIR = "/tmp/.gspo-shell"
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 
@@ -81,6 +82,10 @@ class Agent:
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
         self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
+        group = config.get("cgroup")
+        if group is not None and config.get("ctl"):
+            group = receive_group(config["ctl"])
+        self.tree = Group(group) if group is not None else ProcTree()
 
     # ---- processes ------------------------------------------------------------------
     def child_limits(self):
@@ -106,6 +111,7 @@ class Agent:
         if pid == 0:
             try:
                 os.setsid()
+                self.tree.join()  # before the group's fds are closed below
                 os.chdir(self.workspace)
                 null = os.open("/dev/null", os.O_RDONLY)
                 moved = [os.dup(fd) for fd in extra_fds]  # out of the way of 0..4
@@ -125,21 +131,21 @@ class Agent:
         os.close(err_w)
         return pid, out_r, err_r
 
-    def tree_cpu(self):
-        """CPU of everything but the agent: reaped descendants plus every live process."""
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total = usage.ru_utime + usage.ru_stime
-        me = os.getpid()
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == me:
-                continue
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            total += sum(int(f) for f in fields[11:15]) / CLOCK_TICKS
-        return total
+    def pause_kernel(self):
+        """Stop the kept kernel (SIGSTOP stops all its threads) so that nothing of a python
+        call runs on between calls; it resumes (SIGCONT) at the next python call, whose CPU
+        then counts what its threads do. False when it did not stop in time (kill it then)."""
+        pid = self.kernel[0]
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return True  # dead: kill_others reaps it
+        deadline = time.monotonic() + STOP_WAIT_S
+        while not all_stopped(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
 
     def kill_others(self, keep_kernel):
         """SIGKILL every process but us (and the kernel when kept); reap until none is left."""
@@ -189,13 +195,16 @@ class Agent:
         self.kernel = None
 
     # ---- calls --------------------------------------------------------------------------
-    def collect(self, pid, out_fd, err_fd, req, done_fd=None):
+    def baseline(self):
+        return {"cpu0": self.tree.cpu(), "oom0": self.tree.ooms()}
+
+    def collect(self, pid, out_fd, err_fd, req, done_fd=None, base=None):
         """Read output (keeping each stream's tail) until the call ends or hits a limit."""
         cap = int(req["output_bytes"])
         start = time.monotonic()
         deadline = start + float(req["timeout_s"])
         cpu_limit = float(req["cpu_s"])
-        cpu0 = self.tree_cpu()
+        base = base or self.baseline()
         bufs = {"out": bytearray(), "err": bytearray()}
         cut = {"out": 0, "err": 0}
         sel = selectors.DefaultSelector()
@@ -217,7 +226,7 @@ class Agent:
                 break
             if now - last_cpu_check >= POLL_S:
                 last_cpu_check = now
-                if self.tree_cpu() - cpu0 > cpu_limit:
+                if self.tree.cpu() - base["cpu0"] > cpu_limit:
                     reason = "cpu"
                     break
             if finished and (now - finished_at > 0.1 or not self.drain_ready(sel)):
@@ -249,6 +258,11 @@ class Agent:
                 if len(buf) > cap:
                     cut[key.data] += len(buf) - cap
                     del buf[: len(buf) - cap]
+        if reason in ("wall", "cpu"):
+            keep = {os.getpid()}
+            if done_fd is None and self.kernel is not None:  # an exec call: the kernel stays
+                keep.add(self.kernel[0])
+            strike(pid, keep)
         sel.close()
         os.close(pidfd)
         return {
@@ -260,7 +274,7 @@ class Agent:
             "stdout_cut": cut["out"],
             "stderr_cut": cut["err"],
             "wall_s": time.monotonic() - start,
-            "cpu0": cpu0,
+            **base,
         }
 
     @staticmethod
@@ -285,10 +299,13 @@ class Agent:
         return bool(sel.select(0.005))
 
     def finish(self, got, keep_kernel):
-        """Kill leftovers, then measure the whole tree's CPU (reaped orphans included)."""
-        self.kill_others(keep_kernel)
-        cpu = max(0.0, self.tree_cpu() - got["cpu0"])
+        """Stop the kept kernel, kill everything else, then measure the whole tree's CPU
+        (reaped orphans included) and count the OOM kills of the call."""
+        keep = keep_kernel and self.kernel is not None
+        self.kill_others(keep and self.pause_kernel())
+        cpu = max(0.0, self.tree.cpu() - got["cpu0"])
         return {
+            "oom_kills": max(0, self.tree.ooms() - got["oom0"]),
             "stdout": got["stdout"].decode("utf-8", "replace"),
             "stderr": got["stderr"].decode("utf-8", "replace"),
             "stdout_cut": got["stdout_cut"],
@@ -351,12 +368,14 @@ class Agent:
         pid, req_w, done_r, out_r, err_r = self.kernel
         self.cells += 1
         cell = req["cell"] = self.cells
+        base = self.baseline()
         try:
             drain(done_r)  # anything the last cell wrote there itself is stale
             os.write(req_w, (json.dumps({"code": req["code"], "cell": cell}) + "\n").encode())
+            os.kill(pid, signal.SIGCONT)  # stopped since the last call
         except OSError:
             pass  # the kernel is gone; collect() sees it exit
-        got = self.collect(pid, out_r, err_r, req, done_fd=done_r)
+        got = self.collect(pid, out_r, err_r, req, done_fd=done_r, base=base)
         restarted = bool(got["reason"])
         exit_code = None
         if restarted:  # timeout, CPU limit or the kernel died: it is killed and restarted
@@ -439,6 +458,22 @@ def not_started(exc):
         "kernel_restarted": False,
         "message": "not started: the session's processes and threads are at its process cap",
     }
+
+
+def strike(pid, keep):
+    """At a limit, kill the call's processes at once: under a fork storm every moment until
+    the kill is CPU over the limit. The call's process group in one syscall, then one quick
+    pass over /proc (no reads) for what left it; kill_others then reaps and sweeps again."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def drain(fd):

@@ -49,7 +49,7 @@ class SessionLimits:
     exec_timeout_s: float = 30.0  # default wall limit of one exec/python call
     call_cpu_s: float | None = None  # CPU of one call's whole process tree; None: = its timeout
     output_bytes: int = 64 << 10  # stdout and stderr caps per call (the tail is kept)
-    memory_mb: int = 1024  # per process (RLIMIT_AS); docker also caps the whole container
+    memory_mb: int = 1024  # all processes together (+ room for the tmpfs); each one (RLIMIT_AS)
     processes: int = 64  # processes/threads alive at once in the session
     disk_mb: int = 256  # size of /workspace (a tmpfs); writes past it fail with ENOSPC
     tmp_mb: int = 64  # size of /tmp
@@ -80,6 +80,12 @@ class SessionLimits:
         if self.call_cpu_s is not None and not self.call_cpu_s > 0:
             raise ValueError(f"SessionLimits.call_cpu_s={self.call_cpu_s!r} must be > 0 or None")
 
+    def tree_memory_mb(self) -> int:
+        """The memory cap of the session's process tree: what its processes hold plus what they
+        write into /workspace and /tmp (tmpfs pages are charged to the writer's cgroup), so a
+        full disk never takes memory from the processes."""
+        return self.memory_mb + self.disk_mb + self.tmp_mb
+
     def start_shape(self) -> tuple[int, int, int, int]:
         """What is fixed when the sandbox starts (warm sessions are pooled by it)."""
         return (self.memory_mb, self.processes, self.disk_mb, self.tmp_mb)
@@ -100,10 +106,12 @@ class ExecResult:
     budget_exhausted: bool = False  # the session budget ran out during this call
     kernel_restarted: bool = False  # python only: the kernel was killed and restarted (state lost)
     message: str = ""  # why it was cut short, in words ("" when it ran to the end)
+    oom_killed: bool = False  # the kernel OOM-killed a process of this call (memory_mb reached)
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        """Exit 0, within its limits, and no process of it killed for memory."""
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
 
     def render(self) -> str:
         """A compact text for a tool observation (what a model would be shown)."""

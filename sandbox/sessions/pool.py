@@ -180,6 +180,13 @@ class SandboxSession:
             message = f"the python kernel died (exit {reply.get('exit_code')})"
         if reply.get("kernel_restarted"):
             message += "; the python kernel was restarted, its variables are lost"
+        ooms = int(reply.get("oom_kills") or 0)
+        if ooms:
+            message += ("; " if message else "") + (
+                f"out of memory: {ooms} process(es) of this call killed by the kernel (the "
+                f"session's processes together may hold {lim.memory_mb} MiB, "
+                f"+{lim.disk_mb + lim.tmp_mb} MiB for what they keep in /workspace and /tmp)"
+            )
         if exhausted or self._cpu >= lim.cpu_s or self._wall >= lim.wall_s:
             exhausted = True
             self._exhausted = (
@@ -199,6 +206,7 @@ class SandboxSession:
             budget_exhausted=exhausted,
             kernel_restarted=bool(reply.get("kernel_restarted")),
             message=message,
+            oom_killed=ooms > 0,
         )
 
     # ---- files --------------------------------------------------------------------------

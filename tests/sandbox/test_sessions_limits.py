@@ -67,7 +67,7 @@ async def test_python_threads_never_run_between_calls(pool: SessionPool) -> None
         assert usage.cpu_s >= before - 0.05, (usage, before)
         # the thread is stopped, not lost: it runs on during the next python call, counted there
         r = await ws.python("t0 = ticks[0]\ntime.sleep(1)\nticks[0] > t0", timeout_s=60)
-        assert r.stdout == "True\n" and r.cpu_s >= 0.3, r
+        assert r.stdout == "True\n" and r.cpu_s > 0.05, r
         r = await ws.exec(kernel_cpu_cmd(kernel))
         usage = await ws.usage()
         assert usage.cpu_s >= float(r.stdout) - 0.05, (usage, r)
@@ -113,10 +113,11 @@ async def test_memory_is_capped_for_the_whole_tree_and_oom_is_reported(
 
 
 STORM = """
-import os
+import os, sys
 while True:
     try:
-        os.fork()
+        if os.fork() == 0 and sys.argv[1:] == ["evasive"]:
+            os.setsid()  # out of the call's process group and session
     except OSError:
         pass
 """
@@ -127,11 +128,12 @@ async def test_cpu_limit_holds_under_a_fork_storm(pool: SessionPool) -> None:  #
     async with pool.session(SessionLimits(processes=64)) as ws:
         await ws.write_file("storm.py", STORM)
         agent = agent_host_pid(ws._handle.uid)  # type: ignore[attr-defined]
-        before = reaped_cpu(agent)
-        r = await ws.exec("python3 storm.py", timeout_s=300, cpu_s=limit)
-        spent = reaped_cpu(agent) - before  # measured on the host, not by the sandbox
-        assert r.timed_out and "CPU time limit" in r.message, r
-        assert spent <= 1.1 * limit, (spent, r)
-        assert abs(r.cpu_s - spent) <= 0.1 * limit, (spent, r)
-        assert (await ws.usage()).cpu_s >= spent - 0.1 * limit
-        assert (await ws.exec("echo after")).stdout == "after\n"
+        for how in ("plain", "evasive"):
+            before = reaped_cpu(agent)
+            r = await ws.exec(f"python3 storm.py {how}", timeout_s=300, cpu_s=limit)
+            spent = reaped_cpu(agent) - before  # measured on the host, not by the sandbox
+            assert r.timed_out and "CPU time limit" in r.message, r
+            assert spent <= 1.1 * limit, (how, spent, r)
+            assert abs(r.cpu_s - spent) <= 0.1 * limit, (how, spent, r)
+            assert (await ws.exec("echo after")).stdout == "after\n"
+        assert (await ws.usage()).cpu_s >= 2 * limit
