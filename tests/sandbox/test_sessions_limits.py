@@ -137,3 +137,22 @@ async def test_cpu_limit_holds_under_a_fork_storm(pool: SessionPool) -> None:  #
             assert abs(r.cpu_s - spent) <= 0.1 * limit, (how, spent, r)
             assert (await ws.exec("echo after")).stdout == "after\n"
         assert (await ws.usage()).cpu_s >= 2 * limit
+
+
+async def test_docker_without_session_cgroups_still_reports_oom() -> None:
+    """Remote engines (any `hosts=`) give no cgroups of ours: the container's own caps bound the
+    tree, and the agent reads the OOM kills of the container's memory cgroup instead."""
+    from session_util import leftovers, started_pool
+
+    sock = "unix:///var/run/docker.sock"
+    p = await started_pool("docker", max_sessions=1, hosts=[sock])
+    try:
+        assert p._backend.base.hierarchy is None  # type: ignore[union-attr]
+        async with p.session(SessionLimits(memory_mb=256, disk_mb=16, tmp_mb=16)) as ws:
+            await ws.write_file("children.py", CHILDREN)
+            r = await ws.exec("python3 children.py", timeout_s=120)
+            assert int(r.stdout.split()[-1]) <= 1 and r.exit_code == 0, r
+            assert r.oom_killed and "out of memory" in r.message and not r.ok, r
+    finally:
+        await p.aclose()
+    assert leftovers(p) == []

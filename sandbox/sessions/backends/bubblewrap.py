@@ -48,6 +48,7 @@ def marker_dir() -> Path:
 
 class BubblewrapSessionBackend(SessionBackend):
     name = "bubblewrap"
+    base: BubblewrapBackend
 
     def __init__(self, *, rootfs: str | None = None) -> None:
         self.base = BubblewrapBackend(1, rootfs=rootfs)

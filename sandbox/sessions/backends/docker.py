@@ -37,6 +37,7 @@ PIDS_MARGIN = 4  # the agent, the kernel, bash
 
 class DockerSessionBackend(SessionBackend):
     name = "docker"
+    base: DockerBackend
 
     def __init__(
         self,
