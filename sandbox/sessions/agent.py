@@ -7,17 +7,22 @@ call costs one JSON line each way instead of a `docker exec`.
 
 Protocol (one JSON object per line, one request at a time):
   host -> agent   first line: {"workspace", "limits": {memory_mb, processes, file_bytes},
-                  "kernel_source"}; the agent answers {"ready": true}
+                  "kernel_source", "cgroup" (the session group's fds, or null), "ctl" (a unix
+                  socket to take those fds from, docker; or null)}; the agent answers
+                  {"ready": true}
                   then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
                   "ping", ...}; each gets exactly one answer line ({"error", "kind"} on failure).
   exec/python     {"command"|"code", "timeout_s", "cpu_s", "output_bytes"} ->
                   {"exit_code", "stdout", "stderr", "stdout_cut", "stderr_cut", "wall_s",
-                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted"}
+                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted",
+                   "oom_kills"}
 Closing stdin ends the session: the agent kills everything and exits (and with it the sandbox).
 
-After every call every process but the agent and the idle kernel is killed, so nothing a call
-starts runs on in the background, and a call's CPU (`cpu_s`) covers its whole process tree: the
-agent is the subreaper and reaps every orphan, so children nobody waited for are counted too.
+After every call every process but the agent and the idle kernel is killed and the kernel is
+stopped (SIGSTOP, resumed by the next python call), so nothing a call starts runs on between
+calls, and a call's CPU (`cpu_s`) covers its whole process tree: the session's cgroup counts
+every process in it (agent_limits.py); without one, the agent is the subreaper and reaps every
+orphan, so children nobody waited for are counted too.
 """
 
 import base64
@@ -33,7 +38,7 @@ import time
 
 if "write_new" not in globals():  # on the host; inside, the host sent those files' source first
     from sandbox.sessions.agent_files import read_regular, untar, write_new
-    from sandbox.sessions.agent_limits import Group, ProcTree, all_stopped, receive_group
+    from sandbox.sessions.agent_limits import Group, ProcTree, receive_group, stop, strike
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
@@ -132,20 +137,10 @@ class Agent:
         return pid, out_r, err_r
 
     def pause_kernel(self):
-        """Stop the kept kernel (SIGSTOP stops all its threads) so that nothing of a python
-        call runs on between calls; it resumes (SIGCONT) at the next python call, whose CPU
-        then counts what its threads do. False when it did not stop in time (kill it then)."""
-        pid = self.kernel[0]
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return True  # dead: kill_others reaps it
-        deadline = time.monotonic() + STOP_WAIT_S
-        while not all_stopped(pid):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-        return True
+        """Stop the kept kernel so that nothing of a python call runs on between calls (the
+        next python call resumes it, and its CPU counts what the threads then do). False when
+        it did not stop in time: kill it then."""
+        return stop(self.kernel[0], STOP_WAIT_S)
 
     def kill_others(self, keep_kernel):
         """SIGKILL every process but us (and the kernel when kept); reap until none is left."""
@@ -458,22 +453,6 @@ def not_started(exc):
         "kernel_restarted": False,
         "message": "not started: the session's processes and threads are at its process cap",
     }
-
-
-def strike(pid, keep):
-    """At a limit, kill the call's processes at once: under a fork storm every moment until
-    the kill is CPU over the limit. The call's process group in one syscall, then one quick
-    pass over /proc (no reads) for what left it; kill_others then reaps and sweeps again."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in keep:
-            try:
-                os.kill(int(name), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def drain(fd):

@@ -18,7 +18,9 @@ visible (docker); bubblewrap then has per-process limits only (RLIMIT_AS, RLIMIT
 import json
 import os
 import resource
+import signal
 import socket
+import time
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OWN_OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
@@ -121,3 +123,34 @@ def all_stopped(pid):
         if state not in "TtZX":
             return False
     return True
+
+
+def stop(pid, wait_s):
+    """SIGSTOP `pid` (all its threads) and wait until every thread is stopped; False when one
+    is still running after `wait_s` (stuck in the kernel)."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return True  # dead: the caller reaps it
+    deadline = time.monotonic() + wait_s
+    while not all_stopped(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def strike(pid, keep):
+    """At a limit, kill the call's processes at once: under a fork storm every moment until
+    the kill is CPU over the limit. The call's process group in one syscall, then one quick
+    pass over /proc (no reads) for what left it; kill_others then reaps and sweeps again."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
