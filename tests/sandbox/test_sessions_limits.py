@@ -74,17 +74,36 @@ async def test_python_threads_never_run_between_calls(pool: SessionPool) -> None
 
 
 CHILDREN = """
-import os, sys, time
+import os, time
+# Six children of 180 MB each. No timing assumption (the machine may be loaded): each child
+# says when its memory is resident, and the parent waits until every child is either ready or
+# dead, then counts the live ones.
+r, w = os.pipe()
 pids = []
 for _ in range(6):
     pid = os.fork()
     if pid == 0:
         block = b"\\x01" * (180 << 20)  # written, so resident
-        time.sleep(3)
+        os.write(w, b"%d\\n" % os.getpid())
+        time.sleep(600)
         os._exit(0)
     pids.append(pid)
-alive = sum(os.waitpid(p, 0)[1] == 0 for p in pids)
-print("survivors", alive)
+os.set_blocking(r, False)
+ready, dead, buf = set(), set(), b""
+while len(ready | dead) < len(pids):
+    try:
+        buf += os.read(r, 4096)
+    except BlockingIOError:
+        pass
+    *lines, buf = buf.split(b"\\n")
+    ready |= {int(x) for x in lines}
+    dead |= {p for p in pids if p not in dead and os.waitpid(p, os.WNOHANG)[0] == p}
+    time.sleep(0.05)
+alive = [p for p in pids if p not in dead]
+print("survivors", len(alive))
+for p in alive:
+    os.kill(p, 9)
+    os.waitpid(p, 0)
 """
 
 
