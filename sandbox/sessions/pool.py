@@ -59,9 +59,12 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     """Construct and check a session backend; raise SandboxUnavailable naming the fix."""
     if name == "auto":
         reasons = []
+        shared = {k: v for k, v in options.items() if k == "cgroups"}  # bubblewrap takes these
         for candidate in ("docker", "bubblewrap"):
             try:
-                return build_session_backend(candidate, options if candidate == "docker" else {})
+                return build_session_backend(
+                    candidate, options if candidate == "docker" else shared
+                )
             except SandboxUnavailable as exc:
                 reasons.append(str(exc))
         raise SandboxUnavailable("no session backend works here:\n  " + "\n  ".join(reasons))

@@ -50,8 +50,8 @@ class BubblewrapSessionBackend(SessionBackend):
     name = "bubblewrap"
     base: BubblewrapBackend
 
-    def __init__(self, *, rootfs: str | None = None) -> None:
-        self.base = BubblewrapBackend(1, rootfs=rootfs)
+    def __init__(self, *, rootfs: str | None = None, cgroups: bool = True) -> None:
+        self.base = BubblewrapBackend(1, rootfs=rootfs, cgroups=cgroups)
         self._live: dict[str, Handle] = {}
 
     def check(self) -> None:

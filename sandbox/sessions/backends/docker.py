@@ -46,9 +46,15 @@ class DockerSessionBackend(SessionBackend):
         hosts: Sequence[str] | None = None,
         cpus: float = 1.0,
         cgroup_parent: str | None = "auto",
+        cgroups: bool = True,
     ) -> None:
         self.base = DockerBackend(
-            1, image_tag=image_tag, hosts=hosts, cpus=cpus, cgroup_parent=cgroup_parent
+            1,
+            image_tag=image_tag,
+            hosts=hosts,
+            cpus=cpus,
+            cgroup_parent=cgroup_parent,
+            cgroups=cgroups,
         )
         self.owner = self.base.owner
         self._live: dict[str, Handle] = {}
