@@ -11,8 +11,9 @@ A session is one isolated, persistent workspace (an episode's scratch machine):
 
 Files persist for the session's life; so do the shell's cwd and exported variables between
 `exec` calls, and the kernel's globals between `python` calls. No process outlives the call that
-started it (every process but the agent and the kernel is killed after each call), so CPU is
-accounted for the whole process tree of a call, including children it never waited for.
+started it (every process but the agent and the kernel is killed after each call, and the kernel
+with its threads is stopped until the next `python` call), so CPU is accounted for the whole
+process tree of a call, including children it never waited for and threads left running.
 
 What the model causes is reported, never raised: a timeout, a non-zero exit, an exception in the
 kernel, output past the cap, a full disk. Two things raise:

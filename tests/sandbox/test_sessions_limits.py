@@ -71,6 +71,13 @@ async def test_python_threads_never_run_between_calls(pool: SessionPool) -> None
         r = await ws.exec(kernel_cpu_cmd(kernel))
         usage = await ws.usage()
         assert usage.cpu_s >= float(r.stdout) - 0.05, (usage, r)
+        # an exec that wakes the kernel up pays for what it then does, and it is stopped again
+        r = await ws.exec(f"kill -CONT {kernel}; sleep 1", timeout_s=60)
+        assert r.ok and r.cpu_s > 0.05, r
+        r = await ws.exec(f"{kernel_cpu_cmd(kernel)}; sleep 1; {kernel_cpu_cmd(kernel)}")
+        before, after = (float(x) for x in r.stdout.split())
+        assert after - before < 0.05, r
+        assert (await ws.usage()).cpu_s >= after - 0.05
 
 
 CHILDREN = """
