@@ -296,10 +296,12 @@ class Agent:
     def finish(self, got, keep_kernel):
         """Stop the kept kernel, kill everything else, then measure the whole tree's CPU
         (reaped orphans included) and count the OOM kills of the call."""
-        keep = keep_kernel and self.kernel is not None
-        self.kill_others(keep and self.pause_kernel())
+        had_kernel = keep_kernel and self.kernel is not None
+        stopped = had_kernel and self.pause_kernel()
+        self.kill_others(stopped)  # a kernel that would not stop goes too
         cpu = max(0.0, self.tree.cpu() - got["cpu0"])
         return {
+            "kernel_restarted": had_kernel and not stopped,
             "oom_kills": max(0, self.tree.ooms() - got["oom0"]),
             "stdout": got["stdout"].decode("utf-8", "replace"),
             "stderr": got["stderr"].decode("utf-8", "replace"),
@@ -336,7 +338,6 @@ class Agent:
         if not got["reason"] and got["status"] is not None:
             code = os.waitstatus_to_exitcode(got["status"])
         result["exit_code"] = code
-        result["kernel_restarted"] = False
         return result
 
     def start_kernel(self):
@@ -387,7 +388,7 @@ class Agent:
         if got["reason"] == "died":
             result["reason"] = "died"
         result["exit_code"] = exit_code
-        result["kernel_restarted"] = restarted
+        result["kernel_restarted"] = restarted or result["kernel_restarted"]
         return result
 
     # ---- files --------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class ExecResult:
     cpu_s: float  # CPU of the call's whole process tree (user + system)
     timed_out: bool  # the call hit its wall or CPU limit and was killed
     budget_exhausted: bool = False  # the session budget ran out during this call
-    kernel_restarted: bool = False  # python only: the kernel was killed and restarted (state lost)
+    kernel_restarted: bool = False  # the python kernel was killed (its state lost; it restarts)
     message: str = ""  # why it was cut short, in words ("" when it ran to the end)
     oom_killed: bool = False  # the kernel OOM-killed a process of this call (memory_mb reached)
 

@@ -182,7 +182,9 @@ class SandboxSession:
         elif reason == "died":
             message = f"the python kernel died (exit {reply.get('exit_code')})"
         if reply.get("kernel_restarted"):
-            message += "; the python kernel was restarted, its variables are lost"
+            message += ("; " if message else "") + (
+                "the python kernel was restarted, its variables are lost"
+            )
         ooms = int(reply.get("oom_kills") or 0)
         if ooms:
             message += ("; " if message else "") + (
