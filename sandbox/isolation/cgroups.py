@@ -183,7 +183,12 @@ class SlotGroups:
         path = h.roots["unified"] / TOP / f"{self.name}.{phase}"
         path.mkdir()
         self.dirs.append(path)
-        for knob, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+        # A run's tree dies as a whole at its limit; a session loses one process (its kernel
+        # and the rest of the call live on, as on v1).
+        knobs = [("memory.swap.max", "0")]
+        if phase in PHASES:
+            knobs.append(("memory.oom.group", "1"))
+        for knob, value in knobs:
             with contextlib.suppress(OSError):  # absent without swap accounting / old kernels
                 (path / knob).write_text(value)
         return {
