@@ -80,6 +80,12 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     else:
         raise ValueError(f"unknown session backend {name!r}; choose one of {SESSION_BACKENDS}")
     backend.check()
+    if backend.base.hierarchy is None:
+        log.warning(
+            "sandbox sessions on %s: no session cgroup (%s): %s; CPU is read from /proc, so a "
+            "call can overshoot its CPU limit under a fork storm (cgroups need root on the host)",
+            name, backend.base.cgroup_note, backend.without_cgroups,
+        )  # fmt: skip
     return backend
 
 

@@ -59,6 +59,7 @@ class Handle:
 class SessionBackend(ABC):
     name: str = ""
     base: Backend  # the runner backend whose flags (and cgroup hierarchy) sessions reuse
+    without_cgroups = ""  # what the limits are when there is no session cgroup, in words
 
     @abstractmethod
     def check(self) -> None:

@@ -49,6 +49,7 @@ def marker_dir() -> Path:
 class BubblewrapSessionBackend(SessionBackend):
     name = "bubblewrap"
     base: BubblewrapBackend
+    without_cgroups = "memory is capped per process only (RLIMIT_AS), not for the whole tree"
 
     def __init__(self, *, rootfs: str | None = None, cgroups: bool = True) -> None:
         self.base = BubblewrapBackend(1, rootfs=rootfs, cgroups=cgroups)

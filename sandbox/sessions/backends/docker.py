@@ -38,6 +38,7 @@ PIDS_MARGIN = 4  # the agent, the kernel, bash
 class DockerSessionBackend(SessionBackend):
     name = "docker"
     base: DockerBackend
+    without_cgroups = "the container's memory and pids caps bound the whole tree"
 
     def __init__(
         self,
