@@ -366,6 +366,7 @@ class Agent:
         cell = req["cell"] = self.cells
         base = self.baseline()
         try:
+            os.kill(pid, signal.SIGCONT)  # stopped since the last call; a big cell's write blocks
             drain(done_r)  # anything the last cell wrote there itself is stale
             os.write(req_w, (json.dumps({"code": req["code"], "cell": cell}) + "\n").encode())
             os.kill(pid, signal.SIGCONT)  # stopped since the last call

@@ -65,6 +65,9 @@ async def test_python_threads_never_run_between_calls(pool: SessionPool) -> None
         # every CPU second of the kernel (its thread included) is in some call's cpu_s
         usage = await ws.usage()
         assert usage.cpu_s >= before - 0.05, (usage, before)
+        # a cell bigger than a pipe's buffer reaches the stopped kernel (it is resumed first)
+        r = await ws.python("s = '" + "a" * 200_000 + "'\nlen(s)", timeout_s=60)
+        assert r.stdout == "200000\n", r
         # the thread is stopped, not lost: it runs on during the next python call, counted there
         r = await ws.python("t0 = ticks[0]\ntime.sleep(1)\nticks[0] > t0", timeout_s=60)
         assert r.stdout == "True\n" and r.cpu_s > 0.05, r
