@@ -106,11 +106,13 @@ class SessionBackend(ABC):
                 pass_fds=groups.fds if groups is not None and ctl is None else (),
                 start_new_session=True,  # a Ctrl-C to the trainer must not kill it mid-close
             )
-        except OSError as exc:
+        except BaseException as exc:  # nothing started: the group and socket go now
             _close_ctl(*(ctl or (None, None)))
             if groups is not None:
-                await asyncio.to_thread(groups.close)
-            raise BackendFailure(f"{self.name}: cannot start a session sandbox: {exc}") from exc
+                await asyncio.shield(asyncio.to_thread(groups.close))
+            if isinstance(exc, OSError):
+                raise BackendFailure(f"{self.name}: cannot start a session sandbox: {exc}") from exc
+            raise
         handle = Handle(name, uid, proc, limits.start_shape(), host, groups=groups)
         self.registered(handle)
         try:
