@@ -14,11 +14,18 @@ import asyncio
 import os
 from pathlib import Path
 
-from session_util import pool, session_backend  # noqa: F401 - fixtures
+from session_util import _missing, pool, session_backend  # noqa: F401 - fixtures
 
 from sandbox import SessionLimits, SessionPool
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def require_cgroups(pool: SessionPool) -> None:  # noqa: F811
+    """These limits need the session cgroup (root on the host): fail under CI, else skip."""
+    base = pool._backend.base  # type: ignore[union-attr]
+    if base.hierarchy is None:
+        _missing(pool.backend_name, f"no session cgroup here ({base.cgroup_note})")
 
 
 def agent_host_pid(uid: int) -> int:
@@ -48,6 +55,7 @@ def kernel_cpu_cmd(pid: int) -> str:
 
 
 async def test_python_threads_never_run_between_calls(pool: SessionPool) -> None:  # noqa: F811
+    # (no session cgroup needed: the kernel is stopped, and /proc counts it, on the fallback too)
     spin = (
         "import os, threading, time\nticks = [0]\n"
         "def spin():\n    while True:\n        ticks[0] += 1\n"
@@ -120,6 +128,7 @@ for p in alive:
 async def test_memory_is_capped_for_the_whole_tree_and_oom_is_reported(
     pool: SessionPool,  # noqa: F811
 ) -> None:
+    require_cgroups(pool)
     limits = SessionLimits(memory_mb=256, disk_mb=16, tmp_mb=16)
     async with pool.session(limits) as ws:
         await ws.write_file("children.py", CHILDREN)
@@ -153,6 +162,7 @@ while True:
 
 
 async def test_cpu_limit_holds_under_a_fork_storm(pool: SessionPool) -> None:  # noqa: F811
+    require_cgroups(pool)
     limit = 2.0
     async with pool.session(SessionLimits(processes=64)) as ws:
         await ws.write_file("storm.py", STORM)
