@@ -9,6 +9,8 @@ Rows, per session backend:
   close          leaving the `async with` (the agent killed, the container removed)
   exec `true`    a trivial `ws.exec("true")` in a live session (bash with the shell state)
   python `1`     a trivial `ws.python("1")` in the live kernel
+  ... /proc      the same two without the session's cgroup (`cgroups=False`: the /proc fallback),
+                 to show what the whole-tree limits cost per call
 and, per `--remote-backends` backend, the same two calls in a session of the `remote` backend
 (two `python -m sandbox serve` services on loopback with that session backend, over HTTP with
 the token checked); and the baselines: `docker exec` into a running container (`true`, `python3 -c pass`) and a bare
@@ -129,6 +131,7 @@ async def session_rows(backend: str, calls: int, starts: int, progress: BenchPro
             rows.append((f"{backend}: python `1`", *ms(python_s)))
     finally:
         await cold.aclose()
+    rows += await fallback_rows(backend, calls, progress)
     warm = SessionPool(backend, max_sessions=4, warm=2)
     await warm.start()
     try:
@@ -162,6 +165,22 @@ async def remote_rows(backend: str, calls: int, progress: BenchProgress) -> list
         finally:
             await sb.aclose()
     return rows
+
+
+async def fallback_rows(backend: str, calls: int, progress: BenchProgress) -> list[Row]:
+    pool = SessionPool(backend, max_sessions=1, cgroups=False)
+    await pool.start()
+    try:
+        async with pool.session() as ws:
+            await ws.python("1")
+            exec_s = await timed(lambda: ws.exec("true"), calls, progress)
+            python_s = await timed(lambda: ws.python("1"), calls, progress)
+    finally:
+        await pool.aclose()
+    return [
+        (f"{backend}: exec `true`, /proc (no session cgroup)", *ms(exec_s)),
+        (f"{backend}: python `1`, /proc (no session cgroup)", *ms(python_s)),
+    ]
 
 
 async def run(argv: list[str]) -> int:
@@ -260,7 +279,7 @@ async def main() -> None:
     backends, baseline_calls = args.backends.split(","), min(args.calls, 30)
     # in timed samples (a session started, a call answered), so the ETA spans every row; after
     # each part the count moves on to its plan (an unavailable backend takes no samples)
-    per_backend = 2 * args.starts + 2 * args.calls
+    per_backend = 2 * args.starts + 4 * args.calls
     remote = list(filter(None, args.remote_backends.split(",")))
     total = len(backends) * (per_backend + args.concurrent) + 4 * baseline_calls
     total += 2 * args.calls * len(remote)

@@ -137,10 +137,11 @@ class SlotGroups:
     fds: list[int] = field(default_factory=list)
 
     @classmethod
-    def create(cls, h: Hierarchy, name: str) -> SlotGroups:
+    def create(cls, h: Hierarchy, name: str, phases: tuple[str, ...] = PHASES) -> SlotGroups:
+        """The groups of `phases` (the runner's compile and test; a session's one group)."""
         slot = cls(h, f"{os.getpid()}.{name}")
         try:
-            for phase in PHASES:
+            for phase in phases:
                 slot.groups[phase] = slot._make(phase)
         except OSError:
             slot.close()
@@ -182,7 +183,12 @@ class SlotGroups:
         path = h.roots["unified"] / TOP / f"{self.name}.{phase}"
         path.mkdir()
         self.dirs.append(path)
-        for knob, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
+        # A run's tree dies as a whole at its limit; a session loses one process (its kernel
+        # and the rest of the call live on, as on v1).
+        knobs = [("memory.swap.max", "0")]
+        if phase in PHASES:
+            knobs.append(("memory.oom.group", "1"))
+        for knob, value in knobs:
             with contextlib.suppress(OSError):  # absent without swap accounting / old kernels
                 (path / knob).write_text(value)
         return {
@@ -196,6 +202,14 @@ class SlotGroups:
             "pids_max": self._open(path / "pids.max", wr),
             "cpu": self._open(path / "cpu.stat", rd),
         }
+
+    def set_limits(self, phase: str, memory_bytes: int, processes: int) -> None:
+        """Write a group's memory (no swap) and process limits from the host."""
+        group = self.groups[phase]
+        os.pwrite(group["mem_max"], str(memory_bytes).encode(), 0)
+        if group["swap_max"] is not None:  # v1: memory+swap, at least the memory limit
+            os.pwrite(group["swap_max"], str(memory_bytes).encode(), 0)
+        os.pwrite(group["pids_max"], str(processes).encode(), 0)
 
     def close(self) -> None:
         for fd in self.fds:

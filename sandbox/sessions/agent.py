@@ -7,17 +7,22 @@ call costs one JSON line each way instead of a `docker exec`.
 
 Protocol (one JSON object per line, one request at a time):
   host -> agent   first line: {"workspace", "limits": {memory_mb, processes, file_bytes},
-                  "kernel_source"}; the agent answers {"ready": true}
+                  "kernel_source", "cgroup" (the session group's fds, or null), "ctl" (a unix
+                  socket to take those fds from, docker; or null)}; the agent answers
+                  {"ready": true}
                   then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
                   "ping", ...}; each gets exactly one answer line ({"error", "kind"} on failure).
   exec/python     {"command"|"code", "timeout_s", "cpu_s", "output_bytes"} ->
                   {"exit_code", "stdout", "stderr", "stdout_cut", "stderr_cut", "wall_s",
-                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted"}
+                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted",
+                   "oom_kills"}
 Closing stdin ends the session: the agent kills everything and exits (and with it the sandbox).
 
-After every call every process but the agent and the idle kernel is killed, so nothing a call
-starts runs on in the background, and a call's CPU (`cpu_s`) covers its whole process tree: the
-agent is the subreaper and reaps every orphan, so children nobody waited for are counted too.
+After every call every process but the agent and the idle kernel is killed and the kernel is
+stopped (SIGSTOP, resumed by the next python call), so nothing a call starts runs on between
+calls, and a call's CPU (`cpu_s`) covers its whole process tree: the session's cgroup counts
+every process in it (agent_limits.py); without one, the agent is the subreaper and reaps every
+orphan, so children nobody waited for are counted too.
 """
 
 import base64
@@ -31,14 +36,15 @@ import sys
 import tarfile
 import time
 
-if "write_new" not in globals():  # on the host; inside, the host sent that file's source first
+if "write_new" not in globals():  # on the host; inside, the host sent those files' source first
     from sandbox.sessions.agent_files import read_regular, untar, write_new
+    from sandbox.sessions.agent_limits import Group, ProcTree, receive_group, stop, strike
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1 << 20
 POLL_S = 0.02
+STOP_WAIT_S = 2.0  # a kernel thread stuck in the kernel (D state) longer than this: kill it
 STATE_DIR = "/tmp/.gspo-shell"
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 
@@ -81,6 +87,10 @@ class Agent:
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
         self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
+        group = config.get("cgroup")
+        if group is not None and config.get("ctl"):
+            group = receive_group(config["ctl"])
+        self.tree = Group(group) if group is not None else ProcTree()
 
     # ---- processes ------------------------------------------------------------------
     def child_limits(self):
@@ -106,6 +116,7 @@ class Agent:
         if pid == 0:
             try:
                 os.setsid()
+                self.tree.join()  # before the group's fds are closed below
                 os.chdir(self.workspace)
                 null = os.open("/dev/null", os.O_RDONLY)
                 moved = [os.dup(fd) for fd in extra_fds]  # out of the way of 0..4
@@ -125,21 +136,11 @@ class Agent:
         os.close(err_w)
         return pid, out_r, err_r
 
-    def tree_cpu(self):
-        """CPU of everything but the agent: reaped descendants plus every live process."""
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total = usage.ru_utime + usage.ru_stime
-        me = os.getpid()
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == me:
-                continue
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            total += sum(int(f) for f in fields[11:15]) / CLOCK_TICKS
-        return total
+    def pause_kernel(self):
+        """Stop the kept kernel so that nothing of a python call runs on between calls (the
+        next python call resumes it, and its CPU counts what the threads then do). False when
+        it did not stop in time: kill it then."""
+        return stop(self.kernel[0], STOP_WAIT_S)
 
     def kill_others(self, keep_kernel):
         """SIGKILL every process but us (and the kernel when kept); reap until none is left."""
@@ -189,13 +190,16 @@ class Agent:
         self.kernel = None
 
     # ---- calls --------------------------------------------------------------------------
-    def collect(self, pid, out_fd, err_fd, req, done_fd=None):
+    def baseline(self):
+        return {"cpu0": self.tree.cpu(), "oom0": self.tree.ooms()}
+
+    def collect(self, pid, out_fd, err_fd, req, done_fd=None, base=None):
         """Read output (keeping each stream's tail) until the call ends or hits a limit."""
         cap = int(req["output_bytes"])
         start = time.monotonic()
         deadline = start + float(req["timeout_s"])
         cpu_limit = float(req["cpu_s"])
-        cpu0 = self.tree_cpu()
+        base = base or self.baseline()
         bufs = {"out": bytearray(), "err": bytearray()}
         cut = {"out": 0, "err": 0}
         sel = selectors.DefaultSelector()
@@ -217,7 +221,7 @@ class Agent:
                 break
             if now - last_cpu_check >= POLL_S:
                 last_cpu_check = now
-                if self.tree_cpu() - cpu0 > cpu_limit:
+                if self.tree.cpu() - base["cpu0"] > cpu_limit:
                     reason = "cpu"
                     break
             if finished and (now - finished_at > 0.1 or not self.drain_ready(sel)):
@@ -249,6 +253,11 @@ class Agent:
                 if len(buf) > cap:
                     cut[key.data] += len(buf) - cap
                     del buf[: len(buf) - cap]
+        if reason in ("wall", "cpu"):
+            keep = {os.getpid()}
+            if done_fd is None and self.kernel is not None:  # an exec call: the kernel stays
+                keep.add(self.kernel[0])
+            strike(pid, keep)
         sel.close()
         os.close(pidfd)
         return {
@@ -260,7 +269,7 @@ class Agent:
             "stdout_cut": cut["out"],
             "stderr_cut": cut["err"],
             "wall_s": time.monotonic() - start,
-            "cpu0": cpu0,
+            **base,
         }
 
     @staticmethod
@@ -285,10 +294,15 @@ class Agent:
         return bool(sel.select(0.005))
 
     def finish(self, got, keep_kernel):
-        """Kill leftovers, then measure the whole tree's CPU (reaped orphans included)."""
-        self.kill_others(keep_kernel)
-        cpu = max(0.0, self.tree_cpu() - got["cpu0"])
+        """Stop the kept kernel, kill everything else, then measure the whole tree's CPU
+        (reaped orphans included) and count the OOM kills of the call."""
+        had_kernel = keep_kernel and self.kernel is not None
+        stopped = had_kernel and self.pause_kernel()
+        self.kill_others(stopped)  # a kernel that would not stop goes too
+        cpu = max(0.0, self.tree.cpu() - got["cpu0"])
         return {
+            "kernel_restarted": had_kernel and not stopped,
+            "oom_kills": max(0, self.tree.ooms() - got["oom0"]),
             "stdout": got["stdout"].decode("utf-8", "replace"),
             "stderr": got["stderr"].decode("utf-8", "replace"),
             "stdout_cut": got["stdout_cut"],
@@ -324,7 +338,6 @@ class Agent:
         if not got["reason"] and got["status"] is not None:
             code = os.waitstatus_to_exitcode(got["status"])
         result["exit_code"] = code
-        result["kernel_restarted"] = False
         return result
 
     def start_kernel(self):
@@ -351,12 +364,15 @@ class Agent:
         pid, req_w, done_r, out_r, err_r = self.kernel
         self.cells += 1
         cell = req["cell"] = self.cells
+        base = self.baseline()
         try:
+            os.kill(pid, signal.SIGCONT)  # stopped since the last call; a big cell's write blocks
             drain(done_r)  # anything the last cell wrote there itself is stale
             os.write(req_w, (json.dumps({"code": req["code"], "cell": cell}) + "\n").encode())
+            os.kill(pid, signal.SIGCONT)  # stopped since the last call
         except OSError:
             pass  # the kernel is gone; collect() sees it exit
-        got = self.collect(pid, out_r, err_r, req, done_fd=done_r)
+        got = self.collect(pid, out_r, err_r, req, done_fd=done_r, base=base)
         restarted = bool(got["reason"])
         exit_code = None
         if restarted:  # timeout, CPU limit or the kernel died: it is killed and restarted
@@ -373,7 +389,7 @@ class Agent:
         if got["reason"] == "died":
             result["reason"] = "died"
         result["exit_code"] = exit_code
-        result["kernel_restarted"] = restarted
+        result["kernel_restarted"] = restarted or result["kernel_restarted"]
         return result
 
     # ---- files --------------------------------------------------------------------------

@@ -11,8 +11,9 @@ A session is one isolated, persistent workspace (an episode's scratch machine):
 
 Files persist for the session's life; so do the shell's cwd and exported variables between
 `exec` calls, and the kernel's globals between `python` calls. No process outlives the call that
-started it (every process but the agent and the kernel is killed after each call), so CPU is
-accounted for the whole process tree of a call, including children it never waited for.
+started it (every process but the agent and the kernel is killed after each call, and the kernel
+with its threads is stopped until the next `python` call), so CPU is accounted for the whole
+process tree of a call, including children it never waited for and threads left running.
 
 What the model causes is reported, never raised: a timeout, a non-zero exit, an exception in the
 kernel, output past the cap, a full disk. Two things raise:
@@ -49,7 +50,7 @@ class SessionLimits:
     exec_timeout_s: float = 30.0  # default wall limit of one exec/python call
     call_cpu_s: float | None = None  # CPU of one call's whole process tree; None: = its timeout
     output_bytes: int = 64 << 10  # stdout and stderr caps per call (the tail is kept)
-    memory_mb: int = 1024  # per process (RLIMIT_AS); docker also caps the whole container
+    memory_mb: int = 1024  # all processes together (+ room for the tmpfs); each one (RLIMIT_AS)
     processes: int = 64  # processes/threads alive at once in the session
     disk_mb: int = 256  # size of /workspace (a tmpfs); writes past it fail with ENOSPC
     tmp_mb: int = 64  # size of /tmp
@@ -80,6 +81,12 @@ class SessionLimits:
         if self.call_cpu_s is not None and not self.call_cpu_s > 0:
             raise ValueError(f"SessionLimits.call_cpu_s={self.call_cpu_s!r} must be > 0 or None")
 
+    def tree_memory_mb(self) -> int:
+        """The memory cap of the session's process tree: what its processes hold plus what they
+        write into /workspace and /tmp (tmpfs pages are charged to the writer's cgroup), so a
+        full disk never takes memory from the processes."""
+        return self.memory_mb + self.disk_mb + self.tmp_mb
+
     def start_shape(self) -> tuple[int, int, int, int]:
         """What is fixed when the sandbox starts (warm sessions are pooled by it)."""
         return (self.memory_mb, self.processes, self.disk_mb, self.tmp_mb)
@@ -98,12 +105,14 @@ class ExecResult:
     cpu_s: float  # CPU of the call's whole process tree (user + system)
     timed_out: bool  # the call hit its wall or CPU limit and was killed
     budget_exhausted: bool = False  # the session budget ran out during this call
-    kernel_restarted: bool = False  # python only: the kernel was killed and restarted (state lost)
+    kernel_restarted: bool = False  # the python kernel was killed (its state lost; it restarts)
     message: str = ""  # why it was cut short, in words ("" when it ran to the end)
+    oom_killed: bool = False  # the kernel OOM-killed a process of this call (memory_mb reached)
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        """Exit 0, within its limits, and no process of it killed for memory."""
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
 
     def render(self) -> str:
         """A compact text for a tool observation (what a model would be shown)."""

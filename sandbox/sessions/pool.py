@@ -60,9 +60,12 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     """Construct and check a session backend; raise SandboxUnavailable naming the fix."""
     if name == "auto":
         reasons = []
+        shared = {k: v for k, v in options.items() if k == "cgroups"}  # bubblewrap takes these
         for candidate in ("docker", "bubblewrap"):
             try:
-                return build_session_backend(candidate, options if candidate == "docker" else {})
+                return build_session_backend(
+                    candidate, options if candidate == "docker" else shared
+                )
             except SandboxUnavailable as exc:
                 reasons.append(str(exc))
         raise SandboxUnavailable("no session backend works here:\n  " + "\n  ".join(reasons))
@@ -78,6 +81,12 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     else:
         raise ValueError(f"unknown session backend {name!r}; choose one of {SESSION_BACKENDS}")
     backend.check()
+    if backend.base.hierarchy is None:
+        log.warning(
+            "sandbox sessions on %s: no session cgroup (%s): %s; CPU is read from /proc, so a "
+            "call can overshoot its CPU limit under a fork storm (cgroups need root on the host)",
+            name, backend.base.cgroup_note, backend.without_cgroups,
+        )  # fmt: skip
     return backend
 
 
@@ -216,7 +225,16 @@ class SandboxSession(WorkspaceFiles):
         elif reason == "died":
             message = f"the python kernel died (exit {reply.get('exit_code')})"
         if reply.get("kernel_restarted"):
-            message += "; the python kernel was restarted, its variables are lost"
+            message += ("; " if message else "") + (
+                "the python kernel was restarted, its variables are lost"
+            )
+        ooms = int(reply.get("oom_kills") or 0)
+        if ooms:
+            message += ("; " if message else "") + (
+                f"out of memory: {ooms} process(es) of this call killed by the kernel (the "
+                f"session's processes together may hold {lim.memory_mb} MiB, "
+                f"+{lim.disk_mb + lim.tmp_mb} MiB for what they keep in /workspace and /tmp)"
+            )
         if exhausted or self._cpu >= lim.cpu_s or self._wall >= lim.wall_s:
             exhausted = True
             self._exhausted = (
@@ -236,6 +254,7 @@ class SandboxSession(WorkspaceFiles):
             budget_exhausted=exhausted,
             kernel_restarted=bool(reply.get("kernel_restarted")),
             message=message,
+            oom_killed=ooms > 0,
         )
 
     # ---- files --------------------------------------------------------------------------

@@ -3,6 +3,7 @@ and the leftover checks every session test ends with."""
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 from collections.abc import AsyncIterator
@@ -54,9 +55,16 @@ def session_containers(owner: str) -> list[str]:
     return out.stdout.split()
 
 
+def session_cgroups(owner_pid: int) -> list[str]:
+    """The session cgroups (sandbox/isolation/cgroups.py) that process `owner_pid` made."""
+    pattern = f"gspo-sandbox/{owner_pid}.gspo-ses-*"
+    return glob.glob(f"/sys/fs/cgroup/*/{pattern}") + glob.glob(f"/sys/fs/cgroup/{pattern}")
+
+
 def leftovers(pool: SessionPool, owner: str | None = None) -> list[str]:
-    """Processes of the pool's uids, and (docker) containers of its owner, still alive."""
-    found = processes_of_uids(set(pool._uids))
+    """Processes of the pool's uids, (docker) containers of its owner, and session cgroups
+    of this process, still there."""
+    found = processes_of_uids(set(pool._uids)) + session_cgroups(os.getpid())
     if pool.backend_name == "docker":
         backend = pool._backend
         found += session_containers(owner or backend.owner)  # type: ignore[union-attr]

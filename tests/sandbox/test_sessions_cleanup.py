@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 from sbtest_util import processes_of_uids
-from session_util import leftovers, pool, session_backend, session_containers  # noqa: F401
+from session_util import (  # noqa: F401 - fixtures
+    leftovers,
+    pool,
+    session_backend,
+    session_cgroups,
+    session_containers,
+)
 
 from sandbox import BackendFailure, SessionClosed, SessionPool
 
@@ -128,7 +134,7 @@ TRAINER = textwrap.dedent(
 def _left(uids: set[int], owner: str, backend: str, wait_s: float = 30.0) -> list[str]:
     deadline = time.monotonic() + wait_s
     while True:
-        left = processes_of_uids(uids)
+        left = processes_of_uids(uids) + session_cgroups(int(owner.rpartition(":")[2]))
         if backend == "docker":
             left += session_containers(owner)
         if not left or time.monotonic() > deadline:

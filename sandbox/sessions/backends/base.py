@@ -4,6 +4,12 @@ A session backend starts `sandbox/sessions/agent.py` as pid 1 of a fresh sandbox
 bwrap namespace) with its stdin/stdout attached to our pipes, and destroys it at the end. The
 isolation flags are the runner backends' own (sandbox/isolation/backends/docker.py, bubblewrap.py): a
 session backend builds on an instance of that backend and only adds the writable /workspace.
+
+Whole-tree limits: where the runner backend found a cgroup hierarchy, each session gets one
+cgroup (sandbox/isolation/cgroups.py, the runner's slot groups with one phase, "session"); the host
+writes its memory and process limits and hands the agent the fds of its control files
+(inherited, or over a unix socket into a container: `open_ctl`). The agent moves every process
+it starts into the group (sandbox/sessions/agent_limits.py). The group is removed with the session.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -20,16 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.errors import BackendFailure
-from sandbox.isolation.backends.base import STREAM_LIMIT, stop_process
+from sandbox.isolation import cgroups as cgroups_mod
+from sandbox.isolation.backends.base import STREAM_LIMIT, Backend, stop_process
+from sandbox.isolation.backends.docker import _close_ctl, _send_groups
 from sandbox.sessions.api import WORKSPACE, SessionLimits
 
 _HERE = Path(__file__).resolve().parent.parent  # sandbox/sessions
 AGENT_SOURCE = "\n".join(  # the agent's helpers first: inside, they are the agent's globals
-    (_HERE / name).read_text() for name in ("agent_files.py", "agent.py")
+    (_HERE / name).read_text() for name in ("agent_files.py", "agent_limits.py", "agent.py")
 )
 KERNEL_SOURCE = (_HERE / "kernel.py").read_text()
 AGENT_ARGV = ("/usr/bin/python3", "-S", "-c", AGENT_SOURCE)
 SESSION_LABEL = "gspo-sandbox.kind=session"
+PHASE = "session"  # the one group of a session's SlotGroups
+CTL_PATH = "/run/gspo-ctl/sock"  # where DockerBackend._run_argv mounts the fd socket
 
 
 @dataclass(slots=True)
@@ -42,22 +53,49 @@ class Handle:
     shape: tuple[int, int, int, int]
     host: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    groups: cgroups_mod.SlotGroups | None = None
 
 
 class SessionBackend(ABC):
     name: str = ""
+    base: Backend  # the runner backend whose flags (and cgroup hierarchy) sessions reuse
+    without_cgroups = ""  # what the limits are when there is no session cgroup, in words
 
     @abstractmethod
     def check(self) -> None:
         """Raise SandboxUnavailable naming the fix; reap what dead owners left behind."""
 
     @abstractmethod
-    def command(self, name: str, uid: int, limits: SessionLimits) -> tuple[list[str], str | None]:
-        """The host command that starts the agent in a fresh sandbox, and the docker host."""
+    def command(
+        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+    ) -> tuple[list[str], str | None]:
+        """The host command that starts the agent in a fresh sandbox, and the docker host.
+        `ctl_dir`: the host dir of the socket `open_ctl` made, to be mounted at CTL_PATH."""
+
+    def open_ctl(self) -> tuple[socket.socket, str] | None:
+        """A unix socket to send the cgroup fds over (docker); None: the agent inherits them."""
+        return None
+
+    def session_groups(self, name: str, limits: SessionLimits) -> cgroups_mod.SlotGroups | None:
+        """The session's cgroup with its limits written, or None where there are no cgroups."""
+        if self.base.hierarchy is None:
+            return None
+        groups = None
+        try:
+            groups = cgroups_mod.SlotGroups.create(self.base.hierarchy, name, (PHASE,))
+            groups.set_limits(PHASE, limits.tree_memory_mb() << 20, limits.processes)
+        except OSError as exc:
+            if groups is not None:
+                groups.close()
+            raise BackendFailure(f"{self.name}: cannot create the session's cgroup: {exc}") from exc
+        return groups
 
     async def start(self, name: str, uid: int, limits: SessionLimits, timeout_s: float) -> Handle:
-        argv, host = self.command(name, uid, limits)
+        groups = await asyncio.to_thread(self.session_groups, name, limits)
+        ctl = None
         try:
+            ctl = self.open_ctl() if groups is not None else None
+            argv, host = self.command(name, uid, limits, ctl[1] if ctl else None)
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -65,12 +103,39 @@ class SessionBackend(ABC):
                 stderr=asyncio.subprocess.PIPE,
                 limit=STREAM_LIMIT,
                 env=self.env(),
+                pass_fds=groups.fds if groups is not None and ctl is None else (),
                 start_new_session=True,  # a Ctrl-C to the trainer must not kill it mid-close
             )
-        except OSError as exc:
-            raise BackendFailure(f"{self.name}: cannot start a session sandbox: {exc}") from exc
-        handle = Handle(name, uid, proc, limits.start_shape(), host)
+        except BaseException as exc:  # nothing started: the group and socket go now
+            _close_ctl(*(ctl or (None, None)))
+            if groups is not None:
+                await asyncio.shield(asyncio.to_thread(groups.close))
+            if isinstance(exc, OSError):
+                raise BackendFailure(f"{self.name}: cannot start a session sandbox: {exc}") from exc
+            raise
+        handle = Handle(name, uid, proc, limits.start_shape(), host, groups=groups)
         self.registered(handle)
+        try:
+            ok = await self._handshake(handle, limits, ctl, timeout_s)
+        except BaseException:  # cancelled (pool closing): tear it down, let it through
+            await asyncio.shield(self.destroy(handle))
+            raise
+        finally:
+            _close_ctl(*(ctl or (None, None)))
+        if not ok:
+            tail = await asyncio.shield(self.destroy(handle))
+            raise BackendFailure(f"{self.name}: the session sandbox did not start: {tail}")
+        return handle
+
+    async def _handshake(
+        self,
+        handle: Handle,
+        limits: SessionLimits,
+        ctl: tuple[socket.socket, str] | None,
+        timeout_s: float,
+    ) -> bool:
+        """Send the agent its config (and the cgroup fds), wait for its ready line."""
+        proc, groups = handle.proc, handle.groups
         config = {
             "workspace": WORKSPACE,
             "kernel_source": KERNEL_SOURCE,
@@ -79,22 +144,26 @@ class SessionBackend(ABC):
                 "processes": limits.processes,
                 "file_bytes": limits.disk_mb << 20,
             },
+            "cgroup": groups.groups[PHASE] if groups is not None else None,
+            "ctl": CTL_PATH if ctl is not None else None,
         }
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write(json.dumps(config).encode() + b"\n")
             await proc.stdin.drain()
+            if ctl is not None and groups is not None:
+                await _send_groups(ctl[0], groups)
             line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
-            ok = bool(line) and json.loads(line).get("ready") is True
+            return bool(line) and json.loads(line).get("ready") is True
         except (asyncio.TimeoutError, OSError, ValueError):
-            ok = False
-        except BaseException:  # cancelled (pool closing): tear it down, let it through
-            await asyncio.shield(self.destroy(handle))
-            raise
-        if not ok:
-            tail = await asyncio.shield(self.destroy(handle))
-            raise BackendFailure(f"{self.name}: the session sandbox did not start: {tail}")
-        return handle
+            return False
+
+    @staticmethod
+    async def release_groups(handle: Handle) -> None:
+        """Remove the session's cgroup (killing whatever still runs in it)."""
+        if handle.groups is not None:
+            groups, handle.groups = handle.groups, None
+            await asyncio.to_thread(groups.close)
 
     def env(self) -> dict[str, str] | None:
         return None

@@ -12,8 +12,10 @@ killed. --die-with-parent alone is not enough: bwrap's child drops its uid after
 parent-death signal, which clears it. A trainer killed by SIGKILL closes the agents' stdin, so
 they exit; in case one does not, each live session has a marker file <pid>.<uid> in
 $TMPDIR/gspo-sessions, and the next start kills the processes of markers whose pid is dead.
-Whole-tree memory is bounded per process (RLIMIT_AS) times the process cap; a cgroup would bound
-it for the tree (the integrity issue's work), processes by RLIMIT_NPROC of the session's uid.
+Whole-tree limits: with cgroups (root) the session's cgroup (backends/base.py), whose control-file
+fds the agent inherits through bwrap, caps memory and process count of the tree and counts its
+CPU; without, memory is bounded per process (RLIMIT_AS) only, processes by RLIMIT_NPROC of the
+session's uid.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ def marker_dir() -> Path:
 
 class BubblewrapSessionBackend(SessionBackend):
     name = "bubblewrap"
+    base: BubblewrapBackend
+    without_cgroups = "memory is capped per process only (RLIMIT_AS), not for the whole tree"
 
-    def __init__(self, *, rootfs: str | None = None) -> None:
-        self.base = BubblewrapBackend(1, rootfs=rootfs)
+    def __init__(self, *, rootfs: str | None = None, cgroups: bool = True) -> None:
+        self.base = BubblewrapBackend(1, rootfs=rootfs, cgroups=cgroups)
         self._live: dict[str, Handle] = {}
 
     def check(self) -> None:
@@ -83,7 +87,9 @@ class BubblewrapSessionBackend(SessionBackend):
                 out += ["--ro-bind", path, f"/{entry}"]
         return out
 
-    def command(self, name: str, uid: int, limits: SessionLimits) -> tuple[list[str], str | None]:
+    def command(
+        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+    ) -> tuple[list[str], str | None]:
         shaped = BubblewrapBackend(1, tmpfs_mb=limits.tmp_mb, rootfs=self.base.rootfs)
         prefix = shaped._prefix(uid)
         for i in range(len(prefix) - 2):
@@ -121,6 +127,7 @@ class BubblewrapSessionBackend(SessionBackend):
         tail = await close_agent(handle.proc, grace_s=1.0)
         if await asyncio.to_thread(kill_uid, handle.uid):
             self._marker(handle).unlink(missing_ok=True)
+        await self.release_groups(handle)
         return tail
 
     def destroy_all_sync(self) -> None:
@@ -130,4 +137,6 @@ class BubblewrapSessionBackend(SessionBackend):
                     os.kill(handle.proc.pid, signal.SIGKILL)
             if kill_uid(handle.uid):
                 self._marker(handle).unlink(missing_ok=True)
+            if handle.groups is not None:
+                handle.groups.close()
         self._live.clear()
