@@ -235,7 +235,7 @@ def _error_text(reply: httpx.Response) -> str:
 def judge_body(
     program: Program, tests: list[TestCase], limits: Limits, judge: JudgeSpec, early_stop: bool
 ) -> dict[str, Any]:
-    """POST /judge's request for exactly this run (sandbox/service/server.py parse_judge)."""
+    """POST /judge's request for exactly this run (sandbox/service/requests.py parse_judge)."""
     spec: dict[str, Any] = {
         "mode": judge.mode,
         "abs_tol": judge.abs_tol,
