@@ -42,7 +42,9 @@ def session_kwargs(cfg: DictConfig, kwargs: dict[str, Any]) -> dict[str, Any]:
     options = remote_options(cfg)
     from sandbox.service.remote import RemoteSandbox
 
-    RemoteSandbox(**options)  # outside an event loop: fails now, naming each URL's problem
+    # train builds this outside an event loop: a dead fleet fails here, naming each URL's
+    # problem; inside one (eval) the check waits for the first session, never blocking the loop
+    RemoteSandbox(**options)
     if kwargs.get("backend", "auto") != "auto" or own:
         name = getattr(cls, "__name__", cfg.env.name)
         print(
