@@ -12,8 +12,11 @@ Contract (shared/DESIGN.md):
 - info["turn_reward"] carries the reward of this turn (per-turn rewards for GSPO-token);
   the trajectory's reward is the reward returned by the terminating step.
 - Class attributes the trainer reads (never the env's name): `needs_sandbox` (the env runs
-  generated code; the trainer passes it a shared `sandbox=`) and `default_sizing` (run settings
-  that fit the env, e.g. {"rollout.max_new_tokens_per_turn": 256}; see gspo_agents/train.py).
+  generated code; the trainer passes it a shared `sandbox=`), `uses_sessions` (the env opens
+  sandbox sessions as configured by its `backend=` and `session_options=` kwargs; under
+  `sandbox=remote` the trainer points them at the run's services) and `default_sizing` (run
+  settings that fit the env, e.g. {"rollout.max_new_tokens_per_turn": 256}; see
+  gspo_agents/train.py).
 
 Environments know nothing of tokens, engines or torch.
 """
@@ -66,6 +69,7 @@ class TextEnv(gym.Env):
     observation_space = MessagesSpace()
     action_space = gym.spaces.Text(max_length=1 << 20)
     needs_sandbox: ClassVar[bool] = False
+    uses_sessions: ClassVar[bool] = False  # takes backend= and session_options= (EpisodeSession)
     default_sizing: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, max_turns: int = 1) -> None:

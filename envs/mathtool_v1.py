@@ -33,6 +33,7 @@ class MathToolV1Env(ToolEnv):
 
     max_tool_calls_per_turn = 2
     max_tool_output_chars = 1000
+    uses_sessions = True  # under sandbox=remote the trainer sets backend= and session_options=
 
     def __init__(
         self,

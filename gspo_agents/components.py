@@ -6,6 +6,7 @@ config.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,6 +18,7 @@ def build_env_factory(cfg: DictConfig, sandbox):
     import envs
 
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    kwargs.update(session_kwargs(cfg, kwargs))
     extra = {"sandbox": sandbox} if sandbox is not None else {}
 
     def factory():
@@ -25,21 +27,61 @@ def build_env_factory(cfg: DictConfig, sandbox):
     return factory
 
 
+def session_kwargs(cfg: DictConfig, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Under sandbox=remote, the env kwargs that put a tool env's sessions on the run's services
+    (urls and token), checked now so that a dead fleet fails the run in seconds. An env whose
+    kwargs already name remote services (backend=remote, session_options.urls) keeps them."""
+    import envs
+
+    cls = envs.env_class(cfg.env.name)
+    if cfg.sandbox.backend != "remote" or not getattr(cls, "uses_sessions", False):
+        return {}
+    own = kwargs.get("session_options") or {}
+    if kwargs.get("backend") == "remote" and own.get("urls"):
+        return {}
+    options = remote_options(cfg)
+    from sandbox.service.remote import RemoteSandbox
+
+    # train builds this outside an event loop: a dead fleet fails here, naming each URL's
+    # problem; inside one (eval) the check waits for the first session, never blocking the loop
+    RemoteSandbox(**options)
+    if kwargs.get("backend", "auto") != "auto" or own:
+        name = getattr(cls, "__name__", cfg.env.name)
+        print(
+            f"note: sandbox=remote: {name}'s sessions run on sandbox.urls "
+            f"(instead of env.kwargs.backend={kwargs.get('backend')} session_options={own})",
+            file=sys.stderr,
+        )
+    return {"backend": "remote", "session_options": options}
+
+
+def remote_options(cfg: DictConfig) -> dict[str, Any]:
+    """The remote backend's urls and token ($GSPO_SANDBOX_TOKEN, checked: a bad one fails here)."""
+    from sandbox.service.auth import load_token
+
+    options: dict[str, Any] = {"urls": list(cfg.sandbox.urls)}
+    token = load_token(None)
+    if token is not None:
+        options["token"] = token
+    return options
+
+
 def build_sandbox(cfg: DictConfig, env_name: str):
     """A shared sandbox for envs whose class declares `needs_sandbox` (they run code)."""
     if not needs_sandbox(env_name):
         return None
-    from sandbox import Sandbox
+    from sandbox import Sandbox, SandboxConfig
 
-    options: dict[str, Any] = {}
-    if cfg.sandbox.backend == "remote":  # the token comes from GSPO_SANDBOX_TOKEN
-        options["urls"] = list(cfg.sandbox.urls)
-    return Sandbox.create(
-        cfg.sandbox.backend,
+    remote = cfg.sandbox.backend == "remote"
+    config = SandboxConfig(
+        backend=cfg.sandbox.backend,
         max_concurrency=cfg.sandbox.max_concurrency,
         allow_unsafe_local=cfg.sandbox.allow_unsafe_local,
-        **options,
+        docker_hosts=tuple(cfg.sandbox.docker_hosts),
+        urls=tuple(cfg.sandbox.urls),
+        extra={"token": remote_options(cfg).get("token")} if remote else {},
     )
+    return Sandbox.from_config(config)
 
 
 def build_engine(cfg: DictConfig, model_dir: str, seed: int):

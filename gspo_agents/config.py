@@ -61,8 +61,11 @@ class SandboxConfig:
     backend: str = "auto"  # auto | docker | bubblewrap | namespaces | unsafe-local | remote
     max_concurrency: int = 4  # runs in flight (remote: over all services together)
     allow_unsafe_local: bool = False
-    # remote: `python -m sandbox serve` instances or their load balancer; token: GSPO_SANDBOX_TOKEN
+    # remote: `python -m sandbox serve` instances or their load balancer; token: GSPO_SANDBOX_TOKEN.
+    # Tool envs' sessions (CodeAgent-v0, MathTool-v1) go to the same services.
     urls: list[str] = field(default_factory=list)
+    # docker (or auto): DOCKER_HOST-style engines to spread runs over, e.g. [ssh://gpu2,tcp://b:2375]
+    docker_hosts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -269,6 +272,11 @@ def check_choices(cfg: Any) -> None:
         raise ConfigError(
             "sandbox=remote needs sandbox.urls=[http://host:port,...] (`python -m sandbox "
             "serve` instances or their load balancer; the token comes from GSPO_SANDBOX_TOKEN)"
+        )
+    if cfg.sandbox.docker_hosts and cfg.sandbox.backend not in ("docker", "auto"):
+        raise ConfigError(
+            f"sandbox.docker_hosts={list(cfg.sandbox.docker_hosts)} is for sandbox=docker; "
+            f"sandbox={cfg.sandbox.backend} would ignore it: drop it or choose sandbox=docker"
         )
     if cfg.engine.kind == "sglang" and not cfg.engine.urls:
         raise ConfigError(

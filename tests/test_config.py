@@ -33,7 +33,7 @@ EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
 engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode
-sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local sandbox.urls
+sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local sandbox.urls sandbox.docker_hosts
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
 algorithm.seq_is_cap algorithm.seq_mask_bound algorithm.routing_replay

@@ -48,6 +48,7 @@ class CodeAgentEnv(ToolEnv):
 
     max_tool_calls_per_turn = 4
     max_tool_output_chars = 1500
+    uses_sessions = True  # under sandbox=remote the trainer sets backend= and session_options=
 
     def __init__(
         self,

@@ -6,13 +6,17 @@
 Binds 127.0.0.1 by default; any other address needs a token (--token-file or
 $GSPO_SANDBOX_TOKEN), checked in constant time on every request but GET /health. SIGTERM drains:
 no new connections, in-flight requests finish (up to --drain-timeout-s), then every session and
-warm sandbox is destroyed, and the process ends by the SIGTERM it deferred (uvicorn re-raises it).
+warm sandbox is destroyed, and the process exits 0 (uvicorn re-raises the SIGTERM it deferred;
+`serve` turns that into a clean exit, so an orchestrator sees a drain as a success).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from sandbox.core import LOCAL_BACKENDS, Sandbox
@@ -92,12 +96,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"token: {'required' if token else 'none, loopback only'})",
         file=sys.stderr,
     )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        timeout_graceful_shutdown=args.drain_timeout_s,
-        timeout_keep_alive=KEEP_ALIVE_S,
-    )
+    with _sigterm_ends_cleanly():
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            timeout_graceful_shutdown=args.drain_timeout_s,
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
     return EXIT_OK
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside uvicorn's own handling: after its drain (re-raised) or before it serves.
+    A BaseException, so that no `except Exception` on the way swallows it."""
+
+
+@contextlib.contextmanager
+def _sigterm_ends_cleanly() -> Iterator[None]:
+    """Uvicorn handles SIGTERM while it serves (the drain), then restores the handler it found
+    and raises the signal again; the handler found is this one, which ends `serve` with 0."""
+
+    def terminated(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    except _Terminated:
+        print("sandbox service: drained after SIGTERM, exiting", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)

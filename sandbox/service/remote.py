@@ -5,6 +5,11 @@
     async with sb.session(SessionLimits(cpu_s=60)) as ws:     # pinned to one service
         await ws.exec("echo hi")
 
+Creation checks that at least one service answers GET /capacity (else SandboxUnavailable naming
+each URL's problem and the fix). Outside an event loop it checks at once; inside one (e.g.
+`sandbox.session(backend="remote", ...)` in a running env) creation never blocks the loop: the
+first run or session probes every URL concurrently and raises the same error.
+
 The token is `token=` or $GSPO_SANDBOX_TOKEN (sent as `Authorization: Bearer`). `max_concurrency`
 caps this client's runs in flight over all services; each service's own capacity (GET /capacity)
 caps what goes to it (sandbox/service/fleet.py: health checks, placement, backpressure).
@@ -90,14 +95,18 @@ class RemoteSandbox(Sandbox):
         self._health_interval_s = health_interval_s
         self._sem = asyncio.Semaphore(max_concurrency)  # binds to a loop on first use
         self._fleet: Fleet | None = None
-        if check:
+        self._checked = not check
+        self._probe: asyncio.Task[None] | None = None
+        if check and not _in_event_loop():
             self.check()
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def check(self) -> None:
-        """Fail at creation, naming the fix, when no service answers or all reject the token."""
+        """Fail, naming the fix, when no service answers or all reject the token. Blocking:
+        creation outside an event loop runs it; inside one, the first run or session runs
+        `acheck` instead, so that creating the sandbox never stalls the loop."""
         problems = []
         for url in self.urls:
             try:
@@ -105,16 +114,42 @@ class RemoteSandbox(Sandbox):
                     url + "/capacity", headers=self._headers(), timeout=self.connect_timeout_s
                 )
             except httpx.HTTPError as exc:
-                problems.append(f"{url}: unreachable ({type(exc).__name__})")
+                problems.append(_unreachable(url, exc))
                 continue
             if reply.status_code == 200:
+                self._checked = True
                 return  # one is enough to start; the others are health-checked as we go
-            why = "rejects the token: set GSPO_SANDBOX_TOKEN" if reply.status_code == 401 else ""
-            problems.append(f"{url}: /capacity answered {reply.status_code} {why}".rstrip())
-        raise SandboxUnavailable(
-            "remote backend: no sandbox service answers: " + "; ".join(problems) + ". Start "
-            "them with `python -m sandbox serve` or fix sandbox urls"
-        )
+            problems.append(_refusal(url, reply))
+        raise _no_service(problems)
+
+    async def acheck(self) -> None:
+        """`check` without blocking the loop: every URL probed at once, on the first run or
+        session; once one answered, the fleet's health checks take over."""
+        if self._checked:
+            return
+        if self._probe is None:  # one probe for every run and session that waits on it
+            self._probe = asyncio.get_running_loop().create_task(self._probe_all())
+        probe = self._probe
+        try:
+            await asyncio.shield(probe)
+        finally:
+            if probe.done() and self._probe is probe:
+                self._probe = None  # after a failure, the next run or session probes again
+
+    async def _probe_all(self) -> None:
+        client = self.fleet.client
+
+        async def probe(url: str) -> str:
+            try:
+                reply = await client.get(url + "/capacity", timeout=self.connect_timeout_s)
+            except httpx.HTTPError as exc:
+                return _unreachable(url, exc)
+            return "" if reply.status_code == 200 else _refusal(url, reply)
+
+        problems = await asyncio.gather(*(probe(url) for url in self.urls))
+        if "" not in problems:
+            raise _no_service(problems)
+        self._checked = True
 
     @property
     def fleet(self) -> Fleet:
@@ -128,6 +163,10 @@ class RemoteSandbox(Sandbox):
         return self._fleet
 
     async def aclose(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            await asyncio.gather(self._probe, return_exceptions=True)
+            self._probe = None
         if self._fleet is not None:
             fleet, self._fleet = self._fleet, None
             await fleet.aclose()
@@ -147,6 +186,7 @@ class RemoteSandbox(Sandbox):
         if not tests:
             raise ValueError("Sandbox.run needs at least one TestCase")
         body = judge_body(program, tests, limits, judge, early_stop)
+        await self.acheck()
         fleet = self.fleet
         # the run's own worst case (as the local backends' backstop) plus a wait in a queue
         timeout = httpx.Timeout(
@@ -207,6 +247,30 @@ class RemoteSandbox(Sandbox):
             return _json_or_lost(reply, host.url)
 
 
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _unreachable(url: str, exc: Exception) -> str:
+    return f"{url}: unreachable ({type(exc).__name__})"
+
+
+def _refusal(url: str, reply: httpx.Response) -> str:
+    why = f"rejects the token: set {TOKEN_ENV}" if reply.status_code == 401 else ""
+    return f"{url}: /capacity answered {reply.status_code} {why}".rstrip()
+
+
+def _no_service(problems: Sequence[str]) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        "remote backend: no sandbox service answers: " + "; ".join(problems) + ". Start "
+        "them with `python -m sandbox serve` or fix sandbox urls"
+    )
+
+
 class _Lost(Exception):
     """A sent run came back without a result (-> Verdict.SE)."""
 
@@ -235,7 +299,7 @@ def _error_text(reply: httpx.Response) -> str:
 def judge_body(
     program: Program, tests: list[TestCase], limits: Limits, judge: JudgeSpec, early_stop: bool
 ) -> dict[str, Any]:
-    """POST /judge's request for exactly this run (sandbox/service/server.py parse_judge)."""
+    """POST /judge's request for exactly this run (sandbox/service/requests.py parse_judge)."""
     spec: dict[str, Any] = {
         "mode": judge.mode,
         "abs_tol": judge.abs_tol,

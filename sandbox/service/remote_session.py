@@ -153,6 +153,7 @@ def _exec_result(reply: dict[str, Any]) -> ExecResult:
 async def open_session(
     sandbox: RemoteSandbox, limits: SessionLimits
 ) -> AsyncIterator[RemoteWorkspace]:
+    await sandbox.acheck()
     fleet = sandbox.fleet
     host, info = await _create(fleet, limits, sandbox.queue_timeout_s)
     ws = RemoteWorkspace(fleet.client, host.url, info["id"], info)

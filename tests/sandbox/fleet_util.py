@@ -18,12 +18,24 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hydra import compose, initialize_config_dir
 from sbtest_util import make_sandbox
+
+from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "fleet-test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 START_WAIT_S = 120.0  # a cold start on a loaded 2-core machine
+
+
+def compose_run(*overrides: str):
+    """The training run's config with these overrides, checked as `train` checks it."""
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=list(overrides))
+    check_choices(cfg)
+    return cfg
 
 
 def free_port() -> int:

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet_util import require_tool
+from fleet_util import compose_run, require_tool
 from sbtest_util import make_sandbox
 
+from gspo_agents.components import build_sandbox
 from sandbox import Program, SessionPool, TestCase, Verdict
 from sandbox.isolation import image
 from sandbox.isolation.backends.docker import LABEL
@@ -78,7 +79,11 @@ def _ours(host: str, owner: str) -> list[str]:
 
 
 async def test_runs_spread_over_two_docker_engines(second_engine: str) -> None:
-    sb = make_sandbox("docker", concurrency=4, hosts=[FIRST, second_engine])
+    # built as a training run builds it: sandbox=docker sandbox.docker_hosts=[...]
+    hosts = f"sandbox.docker_hosts=['{FIRST}','{second_engine}']"
+    cfg = compose_run("env=mathtool", "sandbox=docker", "sandbox.max_concurrency=4", hosts)
+    sb = build_sandbox(cfg, cfg.env.name)
+    assert sb._backend.hosts == [FIRST, second_engine]  # type: ignore[attr-defined]
     try:
         programs = [Program("python", AB_PY), Program("cpp", AB_CPP)] * 4
         results = await asyncio.gather(
