@@ -2,6 +2,7 @@
 
 - `tasks_for_step`: which task rows a step uses; a pure function of (step, seed), so a resumed
   run sees exactly the tasks an uninterrupted one would.
+- `refill_task_indices`: the tasks a dynamic-sampling round draws: none the step already used.
 - `prepare_batch`: groups of trajectories → group advantages → the learner's padded batch. Only
   finished trajectories with a reward are trained on; errors and partial ones are counted, never
   turned into a reward of 0. With `per_turn` (GSPO-token) each model turn gets its own advantage
@@ -19,20 +20,37 @@ from gspo_agents.trajectory import FlatBatch, Status, Trajectory, flatten
 
 def tasks_for_step(tasks: list[dict], step: int, tasks_per_step: int, seed: int) -> list[dict]:
     """Epoch-wise shuffled, without replacement inside an epoch; deterministic in (step, seed)."""
-    if not tasks:
+    return [tasks[i] for i in task_indices_for_step(len(tasks), step, tasks_per_step, seed)]
+
+
+def task_indices_for_step(num_tasks: int, step: int, tasks_per_step: int, seed: int) -> list[int]:
+    """The indices behind `tasks_for_step`."""
+    if not num_tasks:
         raise ValueError(
             "the training split has no tasks; check env.train_split / env.max_train_tasks"
         )
-    out: list[dict] = []
+    out: list[int] = []
     position = step * tasks_per_step
     while len(out) < tasks_per_step:
-        epoch, offset = divmod(position, len(tasks))
-        order = list(range(len(tasks)))
+        epoch, offset = divmod(position, num_tasks)
+        order = list(range(num_tasks))
         random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        take = min(tasks_per_step - len(out), len(tasks) - offset)
-        out.extend(tasks[i] for i in order[offset : offset + take])
+        take = min(tasks_per_step - len(out), num_tasks - offset)
+        out.extend(order[offset : offset + take])
         position += take
     return out
+
+
+def refill_task_indices(
+    num_tasks: int, step: int, round_: int, count: int, seed: int, used: set[int]
+) -> list[int]:
+    """Up to `count` task indices for refill round `round_` of `step`, none of them in `used` (the
+    step's own tasks and earlier rounds'): a refill that redrew a task with no spread would most
+    likely get no spread again. Deterministic in (step, round, seed, used), so a resumed run draws
+    the same. Fewer than `count` (or none) when the split runs out of unused tasks."""
+    order = list(range(num_tasks))
+    random.Random(f"refill:{seed}:{step}:{round_}").shuffle(order)
+    return [i for i in order if i not in used][:count]
 
 
 @dataclass(slots=True)
@@ -55,25 +73,28 @@ def prepare_batch(
 ) -> PreparedBatch:
     """Advantages and the padded batch. A trajectory cut by a length budget (`is_overlong`) has
     `overlong_penalty` subtracted from its reward (and its last turn's reward); with
-    `overlong_filter` it still counts in its group's baseline but is left out of the loss."""
-    finished = [t for g in groups for t in g if t.trainable]
+    `overlong_filter` it is left out of the loss AND of its group's baseline (DAPO's overlong
+    filtering: a cut trajectory's reward says nothing about its answer, so it must not move the
+    mean that the others are compared with)."""
+    trainable = [t for g in groups for t in g if t.trainable]
     statuses = [t.status for g in groups for t in g]
     metrics: dict[str, float] = {
         "num_trajectories": float(len(statuses)),
         "num_error": float(sum(s == Status.ERROR for s in statuses)),
         "num_truncated": float(sum(s == Status.TRUNCATED for s in statuses)),
     }
+    if trainable:
+        metrics["overlong_frac"] = sum(map(is_overlong, trainable)) / len(trainable)
+        # the env's reward, before any overlong penalty or filter
+        env_rewards = [float(t.reward) for t in trainable if t.reward is not None]
+        metrics["reward_mean"] = sum(env_rewards) / len(env_rewards)
+    finished = [t for t in trainable if not (overlong_filter and is_overlong(t))]
     if not finished:
         metrics["num_trained_seqs"] = 0.0
         return PreparedBatch(None, [], metrics)
-    overlong = [is_overlong(t) for t in finished]
-    metrics["overlong_frac"] = sum(overlong) / len(finished)
-    penalty = [overlong_penalty if o else 0.0 for o in overlong]
+    penalty = [overlong_penalty if is_overlong(t) else 0.0 for t in finished]
     rewards = [float(t.reward) - p for t, p in zip(finished, penalty)]  # type: ignore[arg-type]
     group_ids = [t.group_id for t in finished]
-    # the env's reward, before any overlong penalty
-    env_rewards = [float(t.reward) for t in finished]  # type: ignore[arg-type]
-    metrics["reward_mean"] = sum(env_rewards) / len(env_rewards)
     advantages: list[float] | list[list[float]]
     if per_turn:
         # GSPO-token: returns-to-go of the turn rewards, normalised within the group
@@ -91,12 +112,7 @@ def prepare_batch(
         adv = group_advantages(rewards, group_ids, normalize_std=normalize_std)
         advantages, zero_spread_B = adv.advantages_B.tolist(), adv.zero_spread_B
         metrics["zero_spread_frac"] = adv.zero_spread_frac
-    keep = [
-        i
-        for i in range(len(finished))
-        if not (filter_zero_spread and bool(zero_spread_B[i]))
-        and not (overlong_filter and overlong[i])
-    ]
+    keep = [i for i in range(len(finished)) if not (filter_zero_spread and bool(zero_spread_B[i]))]
     metrics["num_trained_seqs"] = float(len(keep))
     if not keep:
         return PreparedBatch(None, [], metrics)
@@ -120,9 +136,11 @@ def has_signal(
     per_turn: bool = False,
     turn_discount: float = 1.0,
     overlong_penalty: float = 0.0,
+    overlong_filter: bool = False,
 ) -> bool:
-    """Whether a group's trainable trajectories carry any advantage (dynamic sampling keeps it)."""
-    done = [t for t in group if t.trainable]
+    """Whether a group's trainable trajectories carry any advantage (dynamic sampling keeps it),
+    by the same rules as `prepare_batch`."""
+    done = [t for t in group if t.trainable and not (overlong_filter and is_overlong(t))]
     if not done:
         return False
     ids = ["g"] * len(done)

@@ -24,6 +24,7 @@ def _cfg(rounds: int, tasks_per_step: int):
                 "turn_discount": 1.0,
                 "dynamic_sampling_rounds": rounds,
                 "overlong_penalty": 0.0,
+                "overlong_filter": False,
             },
         }
     )

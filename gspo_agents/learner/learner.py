@@ -107,18 +107,22 @@ class Learner:
         pre = self._pre_update(batch, lengths)
         batch = pre.batch
         self.model.train()
-        per_minibatch, probe, skipped = [], Probe(), 0
+        per_minibatch, probe, skipped, volatility = [], Probe(), 0, {}
         for i, rows in enumerate(split_minibatches(batch.num_sequences, self.cfg.num_minibatches)):
             stats, grad_norm, stepped = self._train_minibatch(
                 batch, rows, lengths, probe if i == 0 else None, pre, engine_lp_BT
             )
             per_minibatch.append({**stats, "grad_norm": grad_norm})
             skipped += 0 if stepped else 1
+            if i == 0 and self._routers.enabled:
+                # the paper's volatility is a one-gradient-update quantity: measure it now
+                volatility = self._expert_volatility(batch, probe)
         metrics = mean_over(per_minibatch)
         # before any weight changed: the clipping that staleness and numerics alone cause
         metrics["clip_frac_tokens_first_mb"] = per_minibatch[0]["clip_frac_tokens"]
         metrics["clip_frac_seqs_first_mb"] = per_minibatch[0]["clip_frac_seqs"]
-        metrics.update(self._probe_metrics(batch, probe))
+        metrics.update(self._probe_metrics(probe))
+        metrics.update(volatility)
         metrics.update(pre.metrics)  # the whole batch's mismatch, when it was recomputed
         metrics.update(version_lag(batch))
         elapsed = time.perf_counter() - start
@@ -368,7 +372,7 @@ class Learner:
         log_w_B = sequence_log_ratio(lp_BT.detach(), engine, mask)[mask.any(dim=1)]
         probe.seq_log_ratios.extend(log_w_B.tolist())
 
-    def _probe_metrics(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
+    def _probe_metrics(self, probe: Probe) -> dict[str, float]:
         d = self.device
         sums = all_reduce_(torch.tensor([probe.gap_sum, probe.gap_count], device=d), self._info)
         gap_max = all_reduce_(torch.tensor([probe.gap_max], device=d), self._info, _MAX)
@@ -379,13 +383,12 @@ class Learner:
         # the first minibatch's sequences, all ranks (an update without a recompute pass)
         log_w = all_gather_floats(probe.seq_log_ratios, self._info)
         out.update(mismatch_metrics(log_w, torch.ones_like(log_w, dtype=torch.bool)))
-        if self._routers.enabled:
-            out.update(self._expert_volatility(batch, probe))
         return out
 
     @torch.no_grad()
     def _expert_volatility(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
-        """Re-route the first minibatch's tokens under the updated weights and compare."""
+        """Re-route the first minibatch's tokens under the weights after its ONE optimizer step
+        and compare with the routes recorded in its forward before the step."""
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
         counts = torch.zeros(4, dtype=torch.float64, device=self.device)
         for rows, before in zip(probe.micro, probe.routes, strict=True):
