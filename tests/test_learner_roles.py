@@ -164,3 +164,13 @@ def test_expert_volatility_is_the_model_token_set_change_after_one_optimizer_ste
             expected
         ), wrong
     assert metrics["expert_set_change_frac"] != pytest.approx(expected)
+
+
+def test_routing_replay_with_the_engine_anchor_warns_that_routes_are_the_trainers(moe_dir, caplog):
+    with caplog.at_level("WARNING", logger="gspo_agents.learner.learner"):
+        Learner(moe_dir, replace(CFG, routing_replay=True)).close()
+    assert "not the engine's routes" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gspo_agents.learner.learner"):
+        Learner(moe_dir, replace(CFG, routing_replay=True, old_logprobs="recompute")).close()
+    assert "not the engine's routes" not in caplog.text

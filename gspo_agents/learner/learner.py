@@ -53,6 +53,13 @@ from gspo_agents.trajectory import FlatBatch
 
 log = logging.getLogger(__name__)
 
+ENGINE_ANCHOR_REPLAY_WARNING = (
+    "routing_replay with algorithm.old_logprobs=engine: the replayed experts are the trainer's "
+    "own choices at the start of the update, not the engine's routes that produced pi_old, so the "
+    "ratio's denominator (engine log-probs) and numerator still use different sub-networks. Use "
+    "old_logprobs=recompute or decoupled for a ratio over the same experts."
+)
+
 
 class Learner:
     def __init__(self, model_path: str, cfg: LearnerConfig) -> None:
@@ -83,6 +90,8 @@ class Learner:
                 "routing_replay needs a mixture-of-experts model with top-k routers; "
                 f"{self.model_path} has none (set algorithm.routing_replay=false)"
             )
+        if cfg.routing_replay and cfg.old_logprobs == "engine" and self.is_main:
+            log.warning(ENGINE_ANCHOR_REPLAY_WARNING)
         self.step = 0  # optimizer steps taken
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
