@@ -11,10 +11,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
 from gspo_agents.advantages import group_advantages, turn_advantages
+from gspo_agents.rollout.staleness import stale_token_mask
 from gspo_agents.trajectory import FlatBatch, Status, Trajectory, flatten
 
 
@@ -70,12 +72,19 @@ def prepare_batch(
     normalize_std: bool = True,
     overlong_filter: bool = False,
     overlong_penalty: float = 0.0,
+    overlong_buffer: int = 0,
+    max_new_tokens_per_turn: int = 0,
+    current_version: int = 0,
+    max_version_lag: int | None = None,
 ) -> PreparedBatch:
     """Advantages and the padded batch. A trajectory cut by a length budget (`is_overlong`) has
     `overlong_penalty` subtracted from its reward (and its last turn's reward); with
     `overlong_filter` it is left out of the loss AND of its group's baseline (DAPO's overlong
     filtering: a cut trajectory's reward says nothing about its answer, so it must not move the
-    mean that the others are compared with)."""
+    mean that the others are compared with). `overlong_buffer` adds DAPO's soft length penalty
+    (`overlong_buffer_penalty`). `max_version_lag`: model tokens made by weights more than that
+    many versions older than `current_version` leave the loss mask (stale parts of partial
+    rollouts); the rest of their trajectory still trains."""
     trainable = [t for g in groups for t in g if t.trainable]
     statuses = [t.status for g in groups for t in g]
     metrics: dict[str, float] = {
@@ -92,7 +101,7 @@ def prepare_batch(
     if not finished:
         metrics["num_trained_seqs"] = 0.0
         return PreparedBatch(None, [], metrics)
-    penalty = [overlong_penalty if is_overlong(t) else 0.0 for t in finished]
+    penalty = _penalties(finished, overlong_penalty, overlong_buffer, max_new_tokens_per_turn)
     rewards = [float(t.reward) - p for t, p in zip(finished, penalty)]  # type: ignore[arg-type]
     group_ids = [t.group_id for t in finished]
     advantages: list[float] | list[list[float]]
@@ -118,7 +127,41 @@ def prepare_batch(
         return PreparedBatch(None, [], metrics)
     trajectories = [finished[i] for i in keep]
     batch = flatten(trajectories, [advantages[i] for i in keep], pad_id)  # type: ignore[arg-type]  # one kind per call
+    if max_version_lag is not None:
+        keep_BT = stale_token_mask(
+            batch.versions_BT, batch.loss_mask_BT, current_version, max_version_lag
+        )
+        stale = float(batch.loss_mask_BT.sum() - keep_BT.sum())
+        metrics["stale_token_frac"] = stale / max(float(batch.loss_mask_BT.sum()), 1.0)
+        batch = dataclasses.replace(batch, loss_mask_BT=keep_BT.to(batch.loss_mask_BT.dtype))
     return PreparedBatch(batch, trajectories, metrics)
+
+
+def overlong_buffer_penalty(length: int, max_length: int, buffer: int) -> float:
+    """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13): 0 up to max_length - buffer
+    tokens, then a linear ramp down to -1 at max_length, -1 beyond. A reward ADDED to the env's."""
+    if buffer <= 0:
+        return 0.0
+    start = max_length - buffer
+    if length <= start:
+        return 0.0
+    return (start - length) / buffer if length <= max_length else -1.0
+
+
+def _penalties(
+    trajectories: list[Trajectory], overlong_penalty: float, buffer: int, max_new_tokens: int
+) -> list[float]:
+    """What is subtracted from each reward (and its last turn's): the flat penalty of a length-cut
+    trajectory plus the soft one of DAPO's buffer. The buffer measures the trajectory's model
+    tokens against the budget of its model turns (for one turn exactly DAPO's |y| and L_max)."""
+    out = []
+    for t in trajectories:
+        p = overlong_penalty if is_overlong(t) else 0.0
+        if buffer:
+            n_model = sum(len(s.token_ids) for s in t.segments if s.kind == "model")
+            p -= overlong_buffer_penalty(n_model, max_new_tokens * _model_turns(t), buffer)
+        out.append(p)
+    return out
 
 
 def is_overlong(traj: Trajectory) -> bool:
@@ -137,6 +180,8 @@ def has_signal(
     turn_discount: float = 1.0,
     overlong_penalty: float = 0.0,
     overlong_filter: bool = False,
+    overlong_buffer: int = 0,
+    max_new_tokens_per_turn: int = 0,
 ) -> bool:
     """Whether a group's trainable trajectories carry any advantage (dynamic sampling keeps it),
     by the same rules as `prepare_batch`."""
@@ -144,7 +189,7 @@ def has_signal(
     if not done:
         return False
     ids = ["g"] * len(done)
-    penalty = [overlong_penalty if is_overlong(t) else 0.0 for t in done]
+    penalty = _penalties(done, overlong_penalty, overlong_buffer, max_new_tokens_per_turn)
     if per_turn:
         turns = turn_advantages(
             [_penalised(segment_turn_rewards(t), p) for t, p in zip(done, penalty)],

@@ -64,6 +64,13 @@ def build_learner(cfg: DictConfig, model_dir: str):
         seq_is_cap=a.seq_is_cap,
         seq_mask_bound=a.seq_mask_bound,
         routing_replay=a.routing_replay,
+        seq_is_ratio=a.seq_is_ratio,
+        loss_norm_tokens=cfg.rollout.max_context_tokens,
+        clip_ratio_c=a.clip_ratio_c,
+        kl_coef=a.kl_coef,
+        kl_estimator=a.kl_estimator,
+        entropy_coef=a.entropy_coef,
+        ppo_epochs=t.ppo_epochs,
     )
     return Learner(model_dir, learner_cfg)
 
@@ -136,6 +143,10 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
         normalize_std=a.normalize_std,
         overlong_filter=a.overlong_filter,
         overlong_penalty=a.overlong_penalty,
+        overlong_buffer=a.overlong_buffer,
+        max_new_tokens_per_turn=cfg.rollout.max_new_tokens_per_turn,
+        current_version=manager.weight_version,
+        max_version_lag=cfg.rollout.max_version_lag,
     )
     metrics.update(prepared.metrics)
     if prepared.batch is not None:
@@ -163,6 +174,8 @@ async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: d
             turn_discount=a.turn_discount,
             overlong_penalty=a.overlong_penalty,
             overlong_filter=a.overlong_filter,
+            overlong_buffer=a.overlong_buffer,
+            max_new_tokens_per_turn=cfg.rollout.max_new_tokens_per_turn,
         )
 
     kept = [g for g in groups if signal(g)]

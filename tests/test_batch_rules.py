@@ -58,6 +58,12 @@ def test_normalize_std_false_reaches_both_advantage_paths_of_the_batch():
     assert turn_values(per_turn.batch, 1) == pytest.approx([-2.0, -2.0])
 
 
+class _AtVersion:
+    """Stands in for the rollout manager: train_step reads only its weight version here."""
+
+    weight_version = 0
+
+
 class _Stop(Exception):
     pass
 
@@ -90,12 +96,16 @@ def test_train_step_passes_every_batch_option_to_the_batch_code():
                 "normalize_std": False,
                 "overlong_filter": True,
                 "overlong_penalty": 0.0,
-            }
+                "overlong_buffer": 0,
+            },
+            "rollout": {"max_new_tokens_per_turn": 16, "max_version_lag": None},
         }
     )
     learner = _Recorder()
     with pytest.raises(_Stop):
-        asyncio.run(train.train_step(cfg, learner, None, RolloutResult(groups, {}), None, 0))
+        asyncio.run(
+            train.train_step(cfg, learner, _AtVersion(), RolloutResult(groups, {}), None, 0)
+        )
     # the cut one is gone from loss and baseline; the others get r - mean(5, 1), not / std 2
     assert _seq_values(learner.batch) == pytest.approx([2.0, -2.0])
 
@@ -183,7 +193,9 @@ def _refill(tasks, *, name="gspo", discount=1.0, tasks_per_step=2, rounds=3):
                 "dynamic_sampling_rounds": rounds,
                 "overlong_penalty": 0.0,
                 "overlong_filter": False,
+                "overlong_buffer": 0,
             },
+            "rollout": {"max_new_tokens_per_turn": 16},
         }
     )
     manager = _ScriptedCollector()
