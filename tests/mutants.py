@@ -20,6 +20,7 @@ M = "gspo_agents/learner/moe.py"
 OFF = "gspo_agents/offpolicy.py"
 R = "tests/test_learner_roles.py"
 BR = "tests/test_batch_rules.py"
+NO = "tests/test_new_options.py"
 MUTANTS = {
     "decoupled_anchor_engine": (
         L,
@@ -134,6 +135,61 @@ MUTANTS = {
         "return kept[: t.tasks_per_step] if kept else groups",
         "return kept if kept else groups",
         BR + "::test_refill_never_redraws_a_task_and_truncates_to_the_step_size",
+    ),
+    # issue 27's new options
+    "kl_k3_reversed": (
+        "gspo_agents/objectives.py",
+        "return torch.expm1(log_r) - log_r",
+        "return torch.expm1(-log_r) + log_r",
+        NO + "::test_kl_penalty_value_and_gradient_by_hand",
+    ),
+    "kl_not_passed_by_learner": (
+        L,
+        "kl_coef=c.kl_coef,",
+        "kl_coef=0.0,",
+        NO + "::test_kl_reference_is_the_starting_model_and_its_penalty_reaches_the_loss",
+    ),
+    "entropy_sign": (
+        "gspo_agents/objectives.py",
+        "loss = loss - entropy_coef * _aggregate_tokens(",
+        "loss = loss + entropy_coef * _aggregate_tokens(",
+        NO + "::test_entropy_bonus_and_token_entropy_by_hand",
+    ),
+    "dual_clip_on_positive_advantages": (
+        "gspo_agents/objectives.py",
+        "dual_BT = (adv_BT < 0) & (surrogate_BT < floor_BT) & inp.mask_BT",
+        "dual_BT = (surrogate_BT < floor_BT) & inp.mask_BT",
+        NO + "::test_dual_clip_bounds_negative_advantage_terms_at_c_times_a",
+    ),
+    "dr_grpo_without_constant": (
+        "gspo_agents/objectives.py",
+        "return inp.num_sequences * inp.norm_tokens",
+        "return inp.num_sequences",
+        NO + "::test_dr_grpo_normaliser_is_a_constant_token_count",
+    ),
+    "ppo_epochs_ignored": (
+        L,
+        "enumerate(minibatches * self.cfg.ppo_epochs)",
+        "enumerate(minibatches)",
+        NO + "::test_ppo_epochs_is_that_many_passes_against_the_same_anchor",
+    ),
+    "overlong_buffer_ramp": (
+        B,
+        "return (start - length) / buffer if length <= max_length else -1.0",
+        "return (start - length) / max_length if length <= max_length else -1.0",
+        NO + "::test_dapo_overlong_buffer_ramp_and_its_place_in_the_rewards",
+    ),
+    "version_lag_off_by_one": (
+        "gspo_agents/rollout/staleness.py",
+        "(versions_BT >= current_version - max_lag)",
+        "(versions_BT > current_version - max_lag)",
+        NO + "::test_max_version_lag_masks_only_the_stale_tokens_of_a_partial_rollout",
+    ),
+    "product_is_uses_the_mean": (
+        OFF,
+        "        log_w_B = log_w_B * mask.sum(dim=1)  # the sum of the token log-ratios\n",
+        "",
+        NO + "::test_sequence_product_weights_are_exp_of_the_summed_log_ratio",
     ),
 }
 names = sys.argv[1:] or list(MUTANTS)
