@@ -77,14 +77,20 @@ class AlgorithmConfig:
     # GSPO-token's per-turn credit: discount of the returns-to-go over turn rewards
     turn_discount: float = 1.0
     normalize_std: bool = True  # advantages divided by the group's reward std (false: Dr. GRPO)
-    loss_agg: str = "seq-mean-token-mean"  # | token-mean | seq-mean-token-sum
+    loss_agg: str = "seq-mean-token-mean"  # | token-mean | seq-mean-token-sum[-norm]
+    clip_ratio_c: float | None = None  # dual clip (> 1) of token ratios when A < 0 (grpo)
+    kl_coef: float = 0.0  # penalty on KL to a frozen reference (the cold-start model)
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)
+    entropy_coef: float = 0.0  # entropy bonus on the model tokens
     old_logprobs: str = "engine"  # clip anchor: engine | recompute | decoupled (offpolicy.py)
     seq_is_cap: float | None = None  # truncated IS cap on pi_trainer / pi_engine per sequence
     seq_mask_bound: float | None = None  # drop sequences with |seq log-ratio| above this
+    seq_is_ratio: str = "geometric"  # sequence IS weight: geometric (mean) | product (sum)
     routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer
     dynamic_sampling_rounds: int = 0  # extra rollout rounds to replace zero-spread groups
     overlong_filter: bool = False  # drop trajectories cut by a length budget from the loss
     overlong_penalty: float = 0.0  # subtracted from the reward of a length-cut trajectory
+    overlong_buffer: int = 0  # DAPO's soft length penalty over the last N tokens (0: off)
 
 
 def hydra_schema(record: type, **defaults: Any) -> type:
@@ -134,6 +140,7 @@ class TrainerConfig:
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
     num_minibatches: int = 4
+    ppo_epochs: int = 1  # passes over each rollout batch (num_minibatches steps each)
     micro_batch_tokens: int = 8192
     share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
     nproc: int = 1
@@ -192,7 +199,14 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
         "remote",
     ),  # fmt: skip
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
-    ("algorithm", "loss_agg"): ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum"),
+    ("algorithm", "loss_agg"): (
+        "seq-mean-token-mean",
+        "token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+    ),
+    ("algorithm", "kl_estimator"): ("k1", "k2", "k3"),
+    ("algorithm", "seq_is_ratio"): ("geometric", "product"),
     ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),
     ("logger", "wandb_mode"): ("offline", "online", "disabled"),
 }
@@ -203,6 +217,7 @@ MUST_BE_POSITIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "tasks_per_step"),
     ("trainer", "lr"),
     ("trainer", "num_minibatches"),
+    ("trainer", "ppo_epochs"),
     ("trainer", "micro_batch_tokens"),
     ("trainer", "nproc"),
     ("rollout", "num_samples_per_task"),
@@ -218,6 +233,9 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("logger", "console_every_steps"),
     ("algorithm", "dynamic_sampling_rounds"),
     ("algorithm", "overlong_penalty"),
+    ("algorithm", "overlong_buffer"),
+    ("algorithm", "kl_coef"),
+    ("algorithm", "entropy_coef"),
 )
 
 
@@ -256,9 +274,10 @@ def check_choices(cfg: Any) -> None:
 
     a = cfg.algorithm
     try:
-        OffPolicyConfig(a.old_logprobs, a.seq_is_cap, a.seq_mask_bound)
+        OffPolicyConfig(a.old_logprobs, a.seq_is_cap, a.seq_mask_bound, a.seq_is_ratio)
     except ValueError as exc:
         raise ConfigError(f"algorithm: {exc}") from None
+    _check_new_options(cfg)
     if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
         raise ConfigError(
             "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "
@@ -282,6 +301,22 @@ def check_choices(cfg: Any) -> None:
         raise ConfigError(
             "engine=sglang needs engine.urls=[http://host:port,...] (workers or a router)"
         )
+
+
+def _check_new_options(cfg: Any) -> None:
+    a, r = cfg.algorithm, cfg.rollout
+    if a.clip_ratio_c is not None and (a.name != "grpo" or not a.clip_ratio_c > 1):
+        raise ConfigError(
+            f"algorithm.clip_ratio_c={a.clip_ratio_c} (dual clip) bounds token-level ratios: it "
+            "needs algorithm=grpo and a value > 1 (e.g. 3)"
+        )
+    if a.overlong_buffer and a.overlong_buffer >= r.max_new_tokens_per_turn:
+        raise ConfigError(
+            f"algorithm.overlong_buffer={a.overlong_buffer} must be smaller than "
+            f"rollout.max_new_tokens_per_turn={r.max_new_tokens_per_turn} (DAPO: 4096 of 20480)"
+        )
+    if r.max_version_lag is not None and r.max_version_lag < 0:
+        raise ConfigError(f"rollout.max_version_lag must be >= 0 or null, got {r.max_version_lag}")
 
 
 def register_schemas() -> None:
@@ -313,6 +348,10 @@ def check_overrides(argv: list[str]) -> None:
             _check_name(f"{key}={value}", value, groups[key], f"options of {key}")
         else:
             _check_key(key, groups)
+            group, _, leaf = key.partition(".")
+            valid = CHOICES.get((group, leaf))
+            if valid:  # so that `--cfg job` rejects a misspelt value too
+                _check_name(arg, value, list(valid), f"values of {key}")
 
 
 def _check_key(key: str, groups: dict[str, list[str]]) -> None:

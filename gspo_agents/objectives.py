@@ -32,6 +32,8 @@ __all__ = [
     "LossAgg",
     "LOSS_AGGS",
     "policy_loss",
+    "kl_penalty",
+    "KL_ESTIMATORS",
     "gspo_loss",
     "gspo_token_loss",
     "grpo_loss",
@@ -41,9 +43,21 @@ Algorithm = Literal["gspo", "gspo_token", "grpo"]
 Metrics = dict[str, torch.Tensor]
 # How per-token terms become one number: mean over each sequence's tokens then over sequences (the
 # paper's), one mean over all tokens of the global minibatch, or per-sequence sums averaged over
-# sequences. A sequence-level term (GSPO) counts as that value on each of its tokens.
-LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum"]
-LOSS_AGGS: tuple[str, ...] = ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum")
+# sequences, or those sums divided by a constant token count instead (Dr. GRPO's normaliser:
+# no length bias). A sequence-level term (GSPO) counts as that value on each of its tokens.
+LossAgg = Literal[
+    "seq-mean-token-mean", "token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+]
+LOSS_AGGS: tuple[str, ...] = (
+    "seq-mean-token-mean",
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+# Estimators of KL(pi || pi_ref) from samples of pi, per token, with log r = log pi_ref - log pi
+# (Schulman, "Approximating KL divergence", 2020): k1 = -log r, k2 = (log r)^2 / 2,
+# k3 = r - 1 - log r (unbiased and >= 0; GRPO's choice).
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,6 +77,8 @@ class _Inputs:
     weights_BT: torch.Tensor | None = None
     loss_agg: str = "seq-mean-token-mean"
     num_tokens: int = 0  # model tokens of the GLOBAL minibatch (token-mean's denominator)
+    norm_tokens: int = 0  # seq-mean-token-sum-norm: the constant token count per sequence
+    clip_ratio_c: float | None = None  # dual-clip bound for negative advantages (token ratios)
 
     @property
     def tokens_B(self) -> torch.Tensor:
@@ -97,7 +113,7 @@ def _aggregate_tokens(x_BT: torch.Tensor, inp: _Inputs) -> torch.Tensor:
     total = _masked(x_BT, inp.mask_BT).sum()
     if inp.loss_agg == "token-mean":
         return total / max(inp.num_tokens, 1)
-    return total / inp.num_sequences  # seq-mean-token-sum
+    return total / _sum_denominator(inp)
 
 
 def _aggregate_sequences(x_B: torch.Tensor, inp: _Inputs) -> torch.Tensor:
@@ -111,7 +127,14 @@ def _aggregate_sequences(x_B: torch.Tensor, inp: _Inputs) -> torch.Tensor:
     x_B = x_B * inp.tokens_B
     if inp.loss_agg == "token-mean":
         return x_B.sum() / max(inp.num_tokens, 1)
-    return x_B.sum() / inp.num_sequences  # seq-mean-token-sum
+    return x_B.sum() / _sum_denominator(inp)
+
+
+def _sum_denominator(inp: _Inputs) -> int:
+    """seq-mean-token-sum: N; seq-mean-token-sum-norm: N x a constant token count."""
+    if inp.loss_agg == "seq-mean-token-sum-norm":
+        return inp.num_sequences * inp.norm_tokens
+    return inp.num_sequences
 
 
 def _clipped_surrogate(
@@ -206,15 +229,65 @@ def gspo_token_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torc
 def grpo_loss(inp: _Inputs, eps_low: float, eps_high: float) -> tuple[torch.Tensor, Metrics]:
     """GRPO baseline: per-token ratios and clipping; per-sequence token mean, then / N."""
     ratio_BT = torch.exp(_log_ratio_BT(inp))
-    surrogate_BT, clipped_BT = _clipped_surrogate(ratio_BT, inp.advantages_BT, eps_low, eps_high)
+    adv_BT = inp.advantages_BT
+    surrogate_BT, clipped_BT = _clipped_surrogate(ratio_BT, adv_BT, eps_low, eps_high)
+    dual: Metrics = {}
+    if inp.clip_ratio_c is not None:
+        # dual clip: with A < 0 the term is bounded below by c·A however large the ratio
+        floor_BT = inp.clip_ratio_c * adv_BT
+        dual_BT = (adv_BT < 0) & (surrogate_BT < floor_BT) & inp.mask_BT
+        surrogate_BT = torch.where(dual_BT, floor_BT, surrogate_BT)
+        dual["dual_clip_frac_tokens"] = dual_BT.sum() / inp.mask_BT.sum().clamp(min=1)
     loss = -_aggregate_tokens(surrogate_BT, inp)
     clipped_BT = clipped_BT & inp.mask_BT
     metrics = {
+        **dual,
         "clip_frac_tokens": clipped_BT.sum() / inp.mask_BT.sum().clamp(min=1),
         # a sequence counts as clipped when any of its tokens is
         "clip_frac_seqs": clipped_BT.any(dim=1).sum() / inp.has_tokens_B.sum().clamp(min=1),
         **_ratio_stats(ratio_BT, inp.mask_BT),
     }
+    return loss, metrics
+
+
+def kl_penalty(
+    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, estimator: str = "k3"
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled by pi ([B, T], carries the
+    gradient of `logprobs_BT`); see `KL_ESTIMATORS`."""
+    log_r = ref_logprobs_BT.detach().float() - logprobs_BT.float()
+    if estimator == "k1":
+        return -log_r
+    if estimator == "k2":
+        return 0.5 * log_r**2
+    if estimator == "k3":
+        return torch.expm1(log_r) - log_r
+    raise ValueError(
+        f"kl_estimator={estimator!r} is not valid; choose one of {', '.join(KL_ESTIMATORS)}"
+    )
+
+
+def _regularizers(
+    inp: _Inputs,
+    ref_logprobs_BT: torch.Tensor | None,
+    kl_coef: float,
+    kl_estimator: str,
+    entropy_BT: torch.Tensor | None,
+    entropy_coef: float,
+) -> tuple[torch.Tensor, Metrics]:
+    """kl_coef · agg(KL to the reference) − entropy_coef · agg(entropy), aggregated like the
+    policy term but without importance weights (they correct the policy gradient only)."""
+    plain = dataclasses.replace(inp, weights_BT=None)
+    loss = inp.logprobs_BT.new_zeros(())
+    metrics: Metrics = {}
+    n_tok = inp.mask_BT.sum().clamp(min=1)
+    if ref_logprobs_BT is not None and kl_coef:
+        kl_BT = kl_penalty(inp.logprobs_BT, ref_logprobs_BT, kl_estimator)
+        loss = loss + kl_coef * _aggregate_tokens(kl_BT, plain)
+        metrics["kl_ref"] = _masked(kl_BT.detach(), inp.mask_BT).sum() / n_tok
+    if entropy_BT is not None and entropy_coef:
+        loss = loss - entropy_coef * _aggregate_tokens(entropy_BT.float(), plain)
+        metrics["entropy"] = _masked(entropy_BT.detach().float(), inp.mask_BT).sum() / n_tok
     return loss, metrics
 
 
@@ -263,6 +336,13 @@ def policy_loss(
     weights: torch.Tensor | None = None,
     loss_agg: str = "seq-mean-token-mean",
     num_tokens: int | None = None,
+    norm_tokens: int | None = None,
+    clip_ratio_c: float | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[torch.Tensor, Metrics]:
     """The policy loss of `algorithm` and its (detached) metrics.
 
@@ -276,7 +356,13 @@ def policy_loss(
     `weights` [B] or [B, T] (detached): importance weights multiplying each sequence's (token's)
     term, e.g. a truncated behaviour correction (`gspo_agents.offpolicy`); 0 drops a sequence.
     `loss_agg` picks the aggregation (`LOSS_AGGS`); for "token-mean", `num_tokens` is the model-
-    token count of the GLOBAL minibatch (defaults to this call's).
+    token count of the GLOBAL minibatch (defaults to this call's); "seq-mean-token-sum-norm"
+    divides the token sums by N x `norm_tokens` (a constant, e.g. the longest possible response).
+
+    `clip_ratio_c` (> 1, token-level ratios only): dual clip, each term >= c·A when A < 0.
+    `ref_logprobs` [B, T] with `kl_coef`: adds kl_coef x the `kl_estimator` estimate of
+    KL(pi || pi_ref); `entropy` [B, T] (the policy's per-token entropy, with its gradient) with
+    `entropy_coef`: subtracts entropy_coef x its aggregate (an entropy bonus).
     """
     objective = get_objective(algorithm)
     inp = _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences)
@@ -295,7 +381,15 @@ def policy_loss(
             )
         w_BT = _masked(w_BT.to(inp.logprobs_BT.device), inp.mask_BT)
     n_tok = int(inp.mask_BT.sum()) if num_tokens is None else int(num_tokens)
-    inp = dataclasses.replace(inp, weights_BT=w_BT, loss_agg=loss_agg, num_tokens=n_tok)
+    _check_options(objective, loss_agg, norm_tokens, clip_ratio_c)
+    inp = dataclasses.replace(
+        inp,
+        weights_BT=w_BT,
+        loss_agg=loss_agg,
+        num_tokens=n_tok,
+        norm_tokens=int(norm_tokens or 0),
+        clip_ratio_c=clip_ratio_c,
+    )
     lo = objective.eps_low if eps_low is None else float(eps_low)
     hi = objective.eps_high if eps_high is None else float(eps_high)
     if lo < 0 or hi < 0 or lo >= 1:
@@ -303,10 +397,28 @@ def policy_loss(
             f"clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0, got {lo}, {hi}"
         )
     loss, metrics = objective.fn(inp, lo, hi)
-    metrics = {k: v.detach().to(torch.float32) for k, v in metrics.items()}
+    reg_loss, reg_metrics = _regularizers(
+        inp, ref_logprobs, kl_coef, kl_estimator, entropy, entropy_coef
+    )
+    loss = loss + reg_loss
+    metrics = {k: v.detach().to(torch.float32) for k, v in {**metrics, **reg_metrics}.items()}
     metrics["approx_kl"] = _approx_kl(inp)
     metrics.update(_count_metrics(inp))
     return loss, metrics
+
+
+def _check_options(
+    objective: Objective, loss_agg: str, norm_tokens: int | None, clip_ratio_c: float | None
+) -> None:
+    if loss_agg == "seq-mean-token-sum-norm" and not (norm_tokens and norm_tokens > 0):
+        raise ValueError("loss_agg='seq-mean-token-sum-norm' needs norm_tokens > 0 (a constant)")
+    if clip_ratio_c is not None:
+        if objective.ratio_level != "token":
+            raise ValueError(
+                "clip_ratio_c (dual clip) bounds token-level ratios; use it with algorithm=grpo"
+            )
+        if not clip_ratio_c > 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
 
 
 def _validate(logprobs, old_logprobs, advantages, loss_mask, num_sequences) -> _Inputs:

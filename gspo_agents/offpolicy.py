@@ -16,6 +16,12 @@ Independently, `seq_is_cap` applies the behaviour weight truncated at C (truncat
 recompute this is verl's / slime's TIS) and `seq_mask_bound` drops sequences whose signed
 sequence-level log-ratio |log w_i| exceeds a bound (masked IS). Both need the trainer's log-probs.
 
+`seq_is_ratio` picks the sequence weight: `geometric` (default), exp of the MEAN token log-ratio
+(GSPO's length-normalised ratio), or `product`, exp of the SUM: the classic sequence importance
+weight prod_t pi_prox/pi_engine (Precup et al. 2000; verl's sequence-level rollout IS), unbiased
+but with variance growing with length. With `product` every level (GRPO too) uses the sequence
+weight, and the cap and the mask bound apply to it.
+
 Shape legend: B sequences, T padded positions; masks are 1 on model-sampled tokens.
 """
 
@@ -29,6 +35,7 @@ import torch
 __all__ = ["OLD_LOGPROBS", "OffPolicyConfig", "behaviour_weights", "sequence_log_ratio"]
 
 OLD_LOGPROBS: tuple[str, ...] = ("engine", "recompute", "decoupled")
+SEQ_IS_RATIOS: tuple[str, ...] = ("geometric", "product")
 Level = Literal["sequence", "token"]
 
 
@@ -37,12 +44,23 @@ class OffPolicyConfig:
     old_logprobs: str = "engine"  # engine | recompute | decoupled
     seq_is_cap: float | None = None  # truncated IS: weights above C become C
     seq_mask_bound: float | None = None  # masked IS: |sequence log-ratio| > bound -> weight 0
+    seq_is_ratio: str = "geometric"  # geometric (mean log-ratio) | product (sum)
 
     def __post_init__(self) -> None:
         if self.old_logprobs not in OLD_LOGPROBS:
             raise ValueError(
                 f"old_logprobs={self.old_logprobs!r} is not valid; choose one of "
                 f"{', '.join(OLD_LOGPROBS)}"
+            )
+        if self.seq_is_ratio not in SEQ_IS_RATIOS:
+            raise ValueError(
+                f"seq_is_ratio={self.seq_is_ratio!r} is not valid; choose one of "
+                f"{', '.join(SEQ_IS_RATIOS)}"
+            )
+        if self.seq_is_ratio == "product" and not self.weights_applied:
+            raise ValueError(
+                "seq_is_ratio=product changes the behaviour weight, which only decoupled, "
+                "seq_is_cap or seq_mask_bound apply: set one of them"
             )
         if self.seq_is_cap is not None and not self.seq_is_cap >= 1.0:
             raise ValueError(f"seq_is_cap must be >= 1 (a cap on weights), got {self.seq_is_cap}")
@@ -101,10 +119,12 @@ def behaviour_weights(
     metrics = mismatch_metrics(log_w_B, has_B)
     if not cfg.weights_applied:
         return None, metrics
+    if cfg.seq_is_ratio == "product":
+        log_w_B = log_w_B * mask.sum(dim=1)  # the sum of the token log-ratios
     ones_BT = torch.ones_like(trainer_lp_BT, dtype=torch.float32)
     if cfg.old_logprobs != "decoupled" and cfg.seq_is_cap is None:
         w_BT = ones_BT  # masking only
-    elif level == "token":
+    elif level == "token" and cfg.seq_is_ratio == "geometric":
         w_BT = torch.exp(torch.where(mask, trainer_lp_BT.float() - engine_lp_BT.float(), 0.0))
     else:
         w_BT = torch.exp(log_w_B)[:, None] * ones_BT

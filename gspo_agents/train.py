@@ -19,7 +19,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents import rundir
-from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
+from gspo_agents.batching import (
+    has_signal,
+    prepare_batch,
+    refill_task_indices,
+    task_indices_for_step,
+    tasks_for_step,
+)
 from gspo_agents.components import (
     build_engine,
     build_env_factory,
@@ -58,6 +64,13 @@ def build_learner(cfg: DictConfig, model_dir: str):
         seq_is_cap=a.seq_is_cap,
         seq_mask_bound=a.seq_mask_bound,
         routing_replay=a.routing_replay,
+        seq_is_ratio=a.seq_is_ratio,
+        loss_norm_tokens=cfg.rollout.max_context_tokens,
+        clip_ratio_c=a.clip_ratio_c,
+        kl_coef=a.kl_coef,
+        kl_estimator=a.kl_estimator,
+        entropy_coef=a.entropy_coef,
+        ppo_epochs=t.ppo_epochs,
     )
     return Learner(model_dir, learner_cfg)
 
@@ -130,6 +143,10 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
         normalize_std=a.normalize_std,
         overlong_filter=a.overlong_filter,
         overlong_penalty=a.overlong_penalty,
+        overlong_buffer=a.overlong_buffer,
+        max_new_tokens_per_turn=cfg.rollout.max_new_tokens_per_turn,
+        current_version=manager.weight_version,
+        max_version_lag=cfg.rollout.max_version_lag,
     )
     metrics.update(prepared.metrics)
     if prepared.batch is not None:
@@ -143,27 +160,35 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
 
 
 async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
-    """Dynamic sampling (DAPO): replace groups without reward spread by groups of further tasks,
-    for at most `algorithm.dynamic_sampling_rounds` extra rollout rounds. The extra tasks are a
-    function of (step, round, seed), so a resumed run draws the same ones."""
+    """Dynamic sampling (DAPO): drop groups without reward spread and draw further tasks, for at
+    most `algorithm.dynamic_sampling_rounds` extra rounds. Each round draws `tasks_per_step` tasks
+    the step has not used yet (a whole generation batch, as DAPO does), and the step keeps the
+    first `tasks_per_step` groups with signal. The draw is a function of (step, round, seed), so a
+    resumed run draws the same tasks."""
     t, a = cfg.trainer, cfg.algorithm
-    per_turn = a.name == "gspo_token"
 
     def signal(g) -> bool:
         return has_signal(
             g,
-            per_turn=per_turn,
+            per_turn=a.name == "gspo_token",
             turn_discount=a.turn_discount,
             overlong_penalty=a.overlong_penalty,
+            overlong_filter=a.overlong_filter,
+            overlong_buffer=a.overlong_buffer,
+            max_new_tokens_per_turn=cfg.rollout.max_new_tokens_per_turn,
         )
 
     kept = [g for g in groups if signal(g)]
     metrics["zero_spread_frac_before_refill"] = 1.0 - len(kept) / max(len(groups), 1)
+    used = set(task_indices_for_step(len(tasks), step, t.tasks_per_step, t.seed))
     rounds = 0
     while len(kept) < t.tasks_per_step and rounds < a.dynamic_sampling_rounds:
+        draw = refill_task_indices(len(tasks), step, rounds + 1, t.tasks_per_step, t.seed, used)
+        if not draw:
+            break  # every task of the split is already in this step
         rounds += 1
-        need = t.tasks_per_step - len(kept)
-        more = await manager.collect(tasks_for_step(tasks, step, need, t.seed + 7919 * rounds))
+        used.update(draw)
+        more = await manager.collect([tasks[i] for i in draw])
         kept += [g for g in more.groups if signal(g)]
     metrics["refill_rounds"] = float(rounds)
     return kept[: t.tasks_per_step] if kept else groups

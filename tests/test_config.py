@@ -7,7 +7,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from gspo_agents.config import CONFIG_DIR, check_choices, register_schemas
+from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
 
 register_schemas()
 
@@ -38,11 +38,13 @@ algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
 algorithm.seq_is_cap algorithm.seq_mask_bound algorithm.routing_replay
 algorithm.dynamic_sampling_rounds algorithm.overlong_filter algorithm.overlong_penalty
+algorithm.clip_ratio_c algorithm.kl_coef algorithm.kl_estimator algorithm.entropy_coef
+algorithm.seq_is_ratio algorithm.overlong_buffer
 rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context_tokens
 rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
-rollout.max_staleness_steps rollout.trajectory_timeout_s rollout.seed
+rollout.max_staleness_steps rollout.max_version_lag rollout.trajectory_timeout_s rollout.seed
 trainer.steps trainer.tasks_per_step trainer.lr trainer.weight_decay trainer.warmup_steps
-trainer.max_grad_norm trainer.num_minibatches trainer.micro_batch_tokens
+trainer.max_grad_norm trainer.num_minibatches trainer.ppo_epochs trainer.micro_batch_tokens
 trainer.share_prompt_prefix trainer.nproc trainer.seed trainer.save_every_steps trainer.resume trainer.max_failed_steps trainer.async_rollouts trainer.run_dir
 trainer.sft.enabled trainer.sft.steps trainer.sft.batch_size trainer.sft.lr trainer.sft.max_examples
 logger.wandb_mode logger.wandb_project logger.console_every_steps
@@ -138,3 +140,34 @@ def test_remote_sandbox_needs_urls_and_takes_them():
     assert list(cfg.sandbox.urls) == ["http://sb1:8080", "http://sb2:8080"]
     with pytest.raises(ValueError, match="remote"):
         check_choices(compose_run("sandbox.backend=remot"))
+
+
+def test_cfg_job_rejects_a_misspelt_option_value_with_the_valid_list():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.train", "--cfg", "job", "algorithm.kl_estimator=k4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "algorithm.kl_estimator" in proc.stderr and "(k1, k2, k3)" in proc.stderr
+    with pytest.raises(ValueError, match="Did you mean 'seq-mean-token-sum-norm'"):
+        check_overrides(["algorithm.loss_agg=seq-mean-token-sum-nrm"])
+
+
+def test_issue_27_options_are_checked_before_any_model_is_built():
+    with pytest.raises(ValueError, match="clip_ratio_c.*algorithm=grpo"):
+        check_choices(compose_run("algorithm.clip_ratio_c=3.0"))
+    check_choices(compose_run("algorithm=grpo", "algorithm.clip_ratio_c=3.0"))
+    with pytest.raises(ValueError, match="overlong_buffer"):
+        check_choices(
+            compose_run("algorithm.overlong_buffer=16", "rollout.max_new_tokens_per_turn=16")
+        )
+    with pytest.raises(ValueError, match="seq_is_ratio=product"):
+        check_choices(compose_run("algorithm.seq_is_ratio=product"))
+    with pytest.raises(ValueError, match="kl_coef"):
+        check_choices(compose_run("algorithm.kl_coef=-0.1"))
+    with pytest.raises(ValueError, match="ppo_epochs"):
+        check_choices(compose_run("trainer.ppo_epochs=0"))
+    with pytest.raises(ValueError, match="max_version_lag"):
+        check_choices(compose_run("rollout.max_version_lag=-1"))

@@ -24,7 +24,10 @@ def _cfg(rounds: int, tasks_per_step: int):
                 "turn_discount": 1.0,
                 "dynamic_sampling_rounds": rounds,
                 "overlong_penalty": 0.0,
+                "overlong_filter": False,
+                "overlong_buffer": 0,
             },
+            "rollout": {"max_new_tokens_per_turn": 5},
         }
     )
 

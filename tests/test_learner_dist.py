@@ -95,6 +95,22 @@ def test_off_policy_options_under_fsdp2_train_like_one_process(dense_dir, tmp_pa
         torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
 
 
+def test_kl_entropy_and_ppo_epochs_under_fsdp2_train_like_one_process(dense_dir, tmp_path):
+    # the frozen reference is sharded like the policy; its log-probs are all-reduced
+    common = ["--model", dense_dir, "--steps", "2", "--micro-batch-tokens", "24"]
+    common += ["--kl-coef", "0.5", "--entropy-coef", "0.01", "--ppo-epochs", "2"]
+    _single_process(*common, "--out", str(tmp_path / "one"))
+    torchrun(SCRIPT, *common, "--out", str(tmp_path / "two"), nproc=2)
+    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "grad_norm", "kl_ref", "entropy"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert one[1]["kl_ref"] > 0.0 and one[0]["optimizer_steps"] == 8
+    w1, w2 = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
+
+
 @pytest.mark.slow
 def test_tiny_moe_routing_replay_under_fsdp2(tmp_path):
     moe_dir = build_tiny_model(tmp_path / "moe", moe=True)

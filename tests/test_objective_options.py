@@ -30,14 +30,16 @@ def test_loss_aggregation_modes_by_hand(algorithm):
         "seq-mean-token-mean": -(1.0 - 2.0) / 2,
         "token-mean": -(2 * 1.0 + 3 * -2.0) / 5,
         "seq-mean-token-sum": -(2 * 1.0 + 3 * -2.0) / 2,
+        "seq-mean-token-sum-norm": -(2 * 1.0 + 3 * -2.0) / (2 * 10),  # norm_tokens 10
     }
     token_weight = {  # d loss / d lp_t = -A_i * (weight of a token of row i)
         "seq-mean-token-mean": 1 / (n * 2),
         "token-mean": torch.full((2,), 1 / 5),
         "seq-mean-token-sum": torch.full((2,), 1 / 2),
+        "seq-mean-token-sum-norm": torch.full((2,), 1 / 20),
     }
     for agg in LOSS_AGGS:
-        loss, grad, _ = _loss_grad(algorithm, adv, loss_agg=agg)
+        loss, grad, _ = _loss_grad(algorithm, adv, loss_agg=agg, norm_tokens=10)
         assert loss.item() == pytest.approx(expected[agg], rel=1e-6), agg
         if algorithm == "gspo":  # d s_i / d lp_t = s_i / n_i: the sequence term spreads evenly
             want = -(adv * token_weight[agg] * n / n)[:, None] * MASK

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gspo_agents.objectives import LOSS_AGGS, get_objective
+from gspo_agents.objectives import KL_ESTIMATORS, LOSS_AGGS, get_objective
 from gspo_agents.offpolicy import OffPolicyConfig
 
 MixedPrecision = Literal["auto", "fp32", "bf16"]
@@ -37,10 +37,19 @@ class LearnerConfig:
     seq_is_cap: float | None = None  # truncated importance sampling: cap on the weight
     seq_mask_bound: float | None = None  # drop sequences with |log(pi_trainer/pi_engine)| > bound
     routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer's forward
+    seq_is_ratio: str = "geometric"  # sequence IS weight: geometric (mean) | product (sum)
+    loss_norm_tokens: int = 2048  # seq-mean-token-sum-norm's constant (the longest trajectory)
+    clip_ratio_c: float | None = None  # dual clip of token ratios when A < 0 (grpo)
+    kl_coef: float = 0.0  # KL to a frozen reference (the model the learner starts from)
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0  # entropy bonus
+    ppo_epochs: int = 1  # passes over each rollout batch
 
     @property
     def off_policy(self) -> OffPolicyConfig:
-        return OffPolicyConfig(self.old_logprobs, self.seq_is_cap, self.seq_mask_bound)
+        return OffPolicyConfig(
+            self.old_logprobs, self.seq_is_cap, self.seq_mask_bound, self.seq_is_ratio
+        )
 
     def __post_init__(self) -> None:
         get_objective(self.algorithm)  # raises with the valid names
@@ -54,10 +63,23 @@ class LearnerConfig:
             "num_minibatches": self.num_minibatches,
             "micro_batch_tokens": self.micro_batch_tokens,
             "temperature": self.temperature,
+            "ppo_epochs": self.ppo_epochs,
+            "loss_norm_tokens": self.loss_norm_tokens,
         }
         for name, value in positive.items():
             if not value > 0:
                 raise ValueError(f"LearnerConfig.{name} must be > 0, got {value!r}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"LearnerConfig.kl_estimator={self.kl_estimator!r}; choose one of "
+                f"{', '.join(KL_ESTIMATORS)}"
+            )
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ValueError("LearnerConfig.kl_coef and entropy_coef must be >= 0")
+        if self.clip_ratio_c is not None and (
+            self.algorithm != "grpo" or not self.clip_ratio_c > 1
+        ):
+            raise ValueError("LearnerConfig.clip_ratio_c needs algorithm=grpo and a value > 1")
         if self.warmup_steps < 0:
             raise ValueError(f"LearnerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.mixed_precision not in ("auto", "fp32", "bf16"):

@@ -45,6 +45,7 @@ from gspo_agents.learner.parallel import (
 )
 from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_logprobs
 from gspo_agents.learner.probe import PreUpdate, Probe, Rows, all_gather_floats, version_lag
+from gspo_agents.learner.regularizers import load_reference, token_entropy
 from gspo_agents.learner.stats import MinibatchStats, mean_over
 from gspo_agents.logprobs import token_logprobs
 from gspo_agents.objectives import get_objective, policy_loss
@@ -52,6 +53,13 @@ from gspo_agents.offpolicy import behaviour_weights, mismatch_metrics, sequence_
 from gspo_agents.trajectory import FlatBatch
 
 log = logging.getLogger(__name__)
+
+ENGINE_ANCHOR_REPLAY_WARNING = (
+    "routing_replay with algorithm.old_logprobs=engine: the replayed experts are the trainer's "
+    "own choices at the start of the update, not the engine's routes that produced pi_old, so the "
+    "ratio's denominator (engine log-probs) and numerator still use different sub-networks. Use "
+    "old_logprobs=recompute or decoupled for a ratio over the same experts."
+)
 
 
 class Learner:
@@ -67,6 +75,11 @@ class Learner:
         self._bf16 = use_bf16(cfg.mixed_precision, self.device)
         self.model, self._export_dtype = _load_model(self.model_path, self.device)
         self._routers = RouterRecorder(self.model)  # hooks before sharding: plain module paths
+        self._ref = (
+            load_reference(self.model_path, self.device, self._info.distributed, self._bf16)
+            if cfg.kl_coef > 0
+            else None
+        )
         if cfg.activation_checkpointing:
             _enable_activation_checkpointing(self.model)
         if self._info.distributed:
@@ -83,6 +96,8 @@ class Learner:
                 "routing_replay needs a mixture-of-experts model with top-k routers; "
                 f"{self.model_path} has none (set algorithm.routing_replay=false)"
             )
+        if cfg.routing_replay and cfg.old_logprobs == "engine" and self.is_main:
+            log.warning(ENGINE_ANCHOR_REPLAY_WARNING)
         self.step = 0  # optimizer steps taken
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
 
@@ -107,18 +122,24 @@ class Learner:
         pre = self._pre_update(batch, lengths)
         batch = pre.batch
         self.model.train()
-        per_minibatch, probe, skipped = [], Probe(), 0
-        for i, rows in enumerate(split_minibatches(batch.num_sequences, self.cfg.num_minibatches)):
+        per_minibatch, probe, skipped, volatility = [], Probe(), 0, {}
+        minibatches = split_minibatches(batch.num_sequences, self.cfg.num_minibatches)
+        # ppo_epochs passes, each over every minibatch, all against the same pi_old
+        for i, rows in enumerate(minibatches * self.cfg.ppo_epochs):
             stats, grad_norm, stepped = self._train_minibatch(
                 batch, rows, lengths, probe if i == 0 else None, pre, engine_lp_BT
             )
             per_minibatch.append({**stats, "grad_norm": grad_norm})
             skipped += 0 if stepped else 1
+            if i == 0 and self._routers.enabled:
+                # the paper's volatility is a one-gradient-update quantity: measure it now
+                volatility = self._expert_volatility(batch, probe)
         metrics = mean_over(per_minibatch)
         # before any weight changed: the clipping that staleness and numerics alone cause
         metrics["clip_frac_tokens_first_mb"] = per_minibatch[0]["clip_frac_tokens"]
         metrics["clip_frac_seqs_first_mb"] = per_minibatch[0]["clip_frac_seqs"]
-        metrics.update(self._probe_metrics(batch, probe))
+        metrics.update(self._probe_metrics(probe))
+        metrics.update(volatility)
         metrics.update(pre.metrics)  # the whole batch's mismatch, when it was recomputed
         metrics.update(version_lag(batch))
         elapsed = time.perf_counter() - start
@@ -133,8 +154,33 @@ class Learner:
         )
         return metrics
 
-    @torch.no_grad()
     def _pre_update(self, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
+        pre = self._old_policy_pass(batch, lengths)
+        if self._ref is not None:
+            pre.ref_logprobs_BT = self._reference_logprobs(batch, lengths)
+        return pre
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch: FlatBatch, lengths: list[int]) -> torch.Tensor:
+        """The frozen reference's log-probs of every token, [B, T] on CPU (KL penalty)."""
+        assert self._ref is not None
+        out_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
+        mine = rank_rows(list(range(batch.num_sequences)), self.rank, self.world_size)
+        for rows in self._synced_microbatches(batch, mine, lengths):
+            mb = self._micro(batch, rows, lengths)
+            ids_BT = mb.input_ids_BT.to(self.device)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+                logits = self._ref(
+                    input_ids=ids_BT, attention_mask=mb.attention_mask_BT.to(self.device)
+                ).logits
+            if rows is not None:
+                out_BT[rows, : ids_BT.shape[1]] = token_logprobs(
+                    logits, ids_BT, self.cfg.temperature
+                )
+        return all_reduce_(out_BT, self._info).cpu()
+
+    @torch.no_grad()
+    def _old_policy_pass(self, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
         """What the old policy (the weights before this update) says about the batch, when an
         option needs it: its log-probs (the anchor and the behaviour weights) and its routing."""
         off, replay = self._off, self.cfg.routing_replay
@@ -246,8 +292,13 @@ class Learner:
                 self._routers.replay(routes_for_microbatch([pre.routes[0]], T, self._routers.top_k))
             record = probe is not None and micro_rows is not None and self._routers.enabled
             with self._routers.recording() if record else _null() as routes:
-                lp_BT, _ = self._logprobs(mb)
-            loss, metrics = self._loss(lp_BT, mb, len(rows), weights, num_tokens)
+                lp_BT, entropy_BT = self._policy_forward(mb)
+            ref_BT = None
+            if pre.ref_logprobs_BT is not None:
+                ref_BT = pre.ref_logprobs_BT[micro_rows, :T] if micro_rows is not None else lp_BT
+            loss, metrics = self._loss(
+                lp_BT, mb, len(rows), weights, num_tokens, ref_BT, entropy_BT
+            )
             # FSDP averages gradients over ranks; the loss is already a share of the global
             # minibatch, so scale back up to make the reduction a sum.
             (loss * self.world_size).backward()
@@ -286,8 +337,8 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         return norm, finite
 
-    def _loss(self, lp_BT, mb: FlatBatch, num_sequences: int, weights, num_tokens: int):
-        d = self.device
+    def _loss(self, lp_BT, mb: FlatBatch, num_sequences: int, weights, num_tokens: int, ref, ent):
+        d, c = self.device, self.cfg
         return policy_loss(
             lp_BT,
             mb.old_logprobs_BT.to(d),
@@ -300,7 +351,26 @@ class Learner:
             weights=None if weights is None else weights.to(d),
             loss_agg=self.cfg.loss_agg,
             num_tokens=num_tokens,
+            norm_tokens=c.loss_norm_tokens,
+            clip_ratio_c=c.clip_ratio_c,
+            ref_logprobs=None if ref is None else ref.to(d),
+            kl_coef=c.kl_coef,
+            kl_estimator=c.kl_estimator,
+            entropy=ent,
+            entropy_coef=c.entropy_coef,
         )
+
+    def _policy_forward(self, mb: FlatBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs [B, T], and the per-token entropy when the entropy bonus is on."""
+        if not self.cfg.entropy_coef:
+            return self._logprobs(mb)[0], None
+        ids_BT = mb.input_ids_BT.to(self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+            logits = self.model(
+                input_ids=ids_BT, attention_mask=mb.attention_mask_BT.to(self.device)
+            ).logits
+        T = self.cfg.temperature
+        return token_logprobs(logits, ids_BT, T), token_entropy(logits, T)
 
     def _logprobs(self, mb: FlatBatch) -> tuple[torch.Tensor, int]:
         ids_BT = mb.input_ids_BT.to(self.device)
@@ -368,7 +438,7 @@ class Learner:
         log_w_B = sequence_log_ratio(lp_BT.detach(), engine, mask)[mask.any(dim=1)]
         probe.seq_log_ratios.extend(log_w_B.tolist())
 
-    def _probe_metrics(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
+    def _probe_metrics(self, probe: Probe) -> dict[str, float]:
         d = self.device
         sums = all_reduce_(torch.tensor([probe.gap_sum, probe.gap_count], device=d), self._info)
         gap_max = all_reduce_(torch.tensor([probe.gap_max], device=d), self._info, _MAX)
@@ -379,13 +449,12 @@ class Learner:
         # the first minibatch's sequences, all ranks (an update without a recompute pass)
         log_w = all_gather_floats(probe.seq_log_ratios, self._info)
         out.update(mismatch_metrics(log_w, torch.ones_like(log_w, dtype=torch.bool)))
-        if self._routers.enabled:
-            out.update(self._expert_volatility(batch, probe))
         return out
 
     @torch.no_grad()
     def _expert_volatility(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
-        """Re-route the first minibatch's tokens under the updated weights and compare."""
+        """Re-route the first minibatch's tokens under the weights after its ONE optimizer step
+        and compare with the routes recorded in its forward before the step."""
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
         counts = torch.zeros(4, dtype=torch.float64, device=self.device)
         for rows, before in zip(probe.micro, probe.routes, strict=True):
@@ -417,6 +486,7 @@ class Learner:
             "activation checkpointing (transformers disables the KV cache)": (
                 self.cfg.activation_checkpointing
             ),
+            "an entropy bonus (it needs every position's full logits)": self.cfg.entropy_coef > 0,
         }
         off = [why for why, present in reasons.items() if present]
         if off and self.is_main:

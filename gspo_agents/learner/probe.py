@@ -38,6 +38,7 @@ class PreUpdate:
     weights_BT: torch.Tensor | None = None  # behaviour weights on every token (None: none)
     metrics: dict[str, float] = field(default_factory=dict)
     routes: dict[int, torch.Tensor] = field(default_factory=dict)  # row -> [layers, length, k]
+    ref_logprobs_BT: torch.Tensor | None = None  # the frozen reference's (KL penalty)
 
 
 def version_lag(batch: FlatBatch) -> dict[str, float]:

@@ -14,6 +14,8 @@ import torch.distributed as dist
 from gspo_agents.learner.parallel import ProcessInfo, all_reduce_
 
 TOKEN_WEIGHTED = ("clip_frac_tokens", "approx_kl")
+# reported only when their option is on (KL penalty, entropy bonus, dual clip)
+OPTIONAL_TOKEN_WEIGHTED = ("kl_ref", "entropy", "dual_clip_frac_tokens")
 SEQ_WEIGHTED = ("clip_frac_seqs",)
 
 
@@ -22,7 +24,8 @@ class MinibatchStats:
 
     def __init__(self, ratio_level: str) -> None:
         # ratio_mean describes sequences (GSPO) or tokens (GRPO): weight it accordingly
-        self.weights = {k: "num_tokens" for k in TOKEN_WEIGHTED}
+        self.weights = {k: "num_tokens" for k in (*TOKEN_WEIGHTED, *OPTIONAL_TOKEN_WEIGHTED)}
+        self.seen: set[str] = set()
         self.weights.update({k: "num_seqs" for k in SEQ_WEIGHTED})
         self.weights["ratio_mean"] = "num_seqs" if ratio_level == "sequence" else "num_tokens"
         self.sums = {k: 0.0 for k in (*self.weights, "num_tokens", "num_seqs", "loss")}
@@ -35,7 +38,9 @@ class MinibatchStats:
         self.sums["num_tokens"] += m["num_tokens"]
         self.sums["num_seqs"] += m["num_seqs"]
         for key, weight in self.weights.items():
-            self.sums[key] += m[key] * m[weight]
+            if key in m:
+                self.sums[key] += m[key] * m[weight]
+                self.seen.add(key)
         if m["num_seqs"] > 0:
             self.ratio_min = min(self.ratio_min, m["ratio_min"])
             self.ratio_max = max(self.ratio_max, m["ratio_max"])
@@ -53,6 +58,8 @@ class MinibatchStats:
         )
         out = {"loss": total["loss"]}
         for key, weight in self.weights.items():
+            if key in OPTIONAL_TOKEN_WEIGHTED and key not in self.seen:
+                continue
             out[key] = total[key] / total[weight] if total[weight] > 0 else 0.0
         out["ratio_min"] = float(lo) if math.isfinite(float(lo)) else 1.0
         out["ratio_max"] = float(hi) if math.isfinite(float(hi)) else 1.0

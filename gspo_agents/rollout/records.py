@@ -29,6 +29,9 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1
     max_staleness_steps: int = 1
+    # partial rollouts: model tokens more than this many weight versions old leave the loss
+    # (their trajectory trains on its fresher tokens); None keeps every token
+    max_version_lag: int | None = None
     trajectory_timeout_s: float = 600.0
     seed: int | None = None  # per-request sampling seeds: same seed, same samples, any batching
 

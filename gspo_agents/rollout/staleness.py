@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from gspo_agents.trajectory import Trajectory
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "is_stale",
     "drop_stale",
     "max_prefetch_depth",
+    "stale_token_mask",
 ]
 
 
@@ -88,3 +91,14 @@ def max_prefetch_depth(max_staleness_steps: int) -> int:
     if max_staleness_steps < 0:
         raise ValueError(f"max_staleness_steps must be >= 0, got {max_staleness_steps}")
     return max(1, max_staleness_steps)
+
+
+def stale_token_mask(
+    versions_BT: torch.Tensor, loss_mask_BT: torch.Tensor, current_version: int, max_lag: int
+) -> torch.Tensor:
+    """The loss mask without model tokens made more than `max_lag` weight versions before
+    `current_version` (bool [B, T]). Partial rollouts mix versions; this drops only the stale
+    tokens of a trajectory, where `drop_stale` drops whole trajectories."""
+    if max_lag < 0:
+        raise ValueError(f"rollout.max_version_lag must be >= 0, got {max_lag}")
+    return loss_mask_BT.bool() & (versions_BT >= current_version - max_lag)

@@ -46,6 +46,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seq-is-cap", type=float, default=None)
     p.add_argument("--loss-agg", default="seq-mean-token-mean")
     p.add_argument("--routing-replay", action="store_true")
+    p.add_argument("--kl-coef", type=float, default=0.0)
+    p.add_argument("--entropy-coef", type=float, default=0.0)
+    p.add_argument("--ppo-epochs", type=int, default=1)
     return p.parse_args()
 
 
@@ -64,6 +67,9 @@ def main() -> None:
         seq_is_cap=args.seq_is_cap,
         loss_agg=args.loss_agg,
         routing_replay=args.routing_replay,
+        kl_coef=args.kl_coef,
+        entropy_coef=args.entropy_coef,
+        ppo_epochs=args.ppo_epochs,
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
