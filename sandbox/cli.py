@@ -306,11 +306,25 @@ def cmd_judge(args: argparse.Namespace) -> int:
         print(
             f"test {name}: {test.verdict.value}  {test.time_s:.3f}s  {test.memory_mb:.1f}MB{note}"
         )
+        if test.verdict is not Verdict.OK and test.stderr.strip():
+            print(indented_tail("stderr", test.stderr))
     print(
         f"summary: {result.passed}/{len(tests)} passed, verdict {result.verdict.value} "
         f"(backend {result.backend})"
     )
     return _exit_code(result)
+
+
+STDERR_SHOWN = 2000  # characters of a failed test's stderr printed by `judge` (its tail)
+
+
+def indented_tail(label: str, text: str, limit: int = STDERR_SHOWN) -> str:
+    """The end of `text` (where a traceback's cause is), indented under the test's line."""
+    text = text.rstrip()
+    cut = len(text) > limit
+    shown = text[-limit:] if cut else text
+    head = f"  {label} (last {limit} of {len(text)} characters):" if cut else f"  {label}:"
+    return head + "\n" + "\n".join("    " + line for line in shown.splitlines())
 
 
 def judge_of(args: argparse.Namespace) -> JudgeSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from sandbox.config import SandboxConfig
@@ -326,6 +327,7 @@ def _raw_result(event: dict[str, Any]) -> TestResult:
         event["stderr"],
         event["exit_code"],
         event["message"],
+        float(event.get("wall_s", 0.0)),
     )
 
 
@@ -336,9 +338,7 @@ def _judge_event(event: dict[str, Any], test: TestCase, spec: JudgeSpec) -> Test
     ok, message = judging.compare(raw.stdout, test.expected, spec)
     if ok:
         return raw
-    return TestResult(
-        Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, message
-    )
+    return replace(raw, verdict=Verdict.WA, message=message)
 
 
 def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, Any]:
@@ -372,29 +372,13 @@ def _checker_verdict(raw: TestResult, event: dict[str, Any], judge: JudgeSpec) -
         else:  # exit 0, another code, a signal or a limit: the validator failed
             status = "validator"
     if status == "ok":
-        return TestResult(
-            Verdict.OK, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, note
-        )
+        return replace(raw, verdict=Verdict.OK, message=note)
     if status == "re" and code is not None and code > 0 and code != 3:
-        return TestResult(
-            Verdict.WA,
-            raw.time_s,
-            raw.memory_mb,
-            raw.stdout,
-            raw.stderr,
-            raw.exit_code,
-            note or f"checker exit code {code}",
-        )
+        return replace(raw, verdict=Verdict.WA, message=note or f"checker exit code {code}")
     # testlib's exit code 3 ("fail"), or the checker crashed / ran out of limits: not the
     # contestant's fault.
-    return TestResult(
-        Verdict.SE,
-        raw.time_s,
-        raw.memory_mb,
-        raw.stdout,
-        raw.stderr,
-        raw.exit_code,
-        f"checker failed ({event['message'] or code}): {note}",
+    return replace(
+        raw, verdict=Verdict.SE, message=f"checker failed ({event['message'] or code}): {note}"
     )
 
 

@@ -14,7 +14,7 @@ Protocol (one JSON object per line):
   runner -> host   {"event": "compile", "ok", "output", "binary"?}  (binary: base64, when the
                    request asked with "return_binary": max bytes; a request may carry "binary" to skip
                    compiling: sandbox/judging/compile_cache.py)
-                   {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
+                   {"event": "test", "index", "status", "exit_code", "time_s", "wall_s", "memory_mb",
                     "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
                    {"event": "error", "message"}   (the runner itself failed: a system error)
                    {"event": "done", "clean": bool, "leftovers": [...]}
@@ -234,6 +234,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
     tree = guard.Tree(group, kill_all, lim)
     tree.begin()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     pid, out_fd, err_fd = spawn(argv, stdin_path, cwd, lim, tree, seccomp)
     reason = "runner error"
     try:
@@ -246,6 +247,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
             except (ProcessLookupError, PermissionError):
                 pass
         _, status, usage = os.wait4(pid, 0)
+        wall = time.monotonic() - started  # start to exit, as SandboxFusion's execution_time
         kill_everything(pid, kill_all)
         os.close(out_fd)
         os.close(err_fd)
@@ -263,6 +265,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
         "status": status_name,
         "exit_code": code if not reason else None,
         "time_s": cpu,
+        "wall_s": wall,
         "memory_mb": mem_mb,
         "stdout": out.decode("utf-8", "replace"),
         "stderr": stderr,
