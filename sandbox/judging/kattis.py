@@ -146,6 +146,7 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
     options: dict[str, Any] = {"case_sensitive": False}
     abs_tol = rel_tol = 0.0
     floats = False
+    tolerance_flags: list[str] = []
     it = iter(flags)
     for flag in it:
         if flag == "case_sensitive":
@@ -154,6 +155,7 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
             options["space_change_sensitive"] = True
         elif flag in ("float_tolerance", "float_absolute_tolerance", "float_relative_tolerance"):
             value = _float_flag(flag, next(it, None))
+            _check_tolerance_flag(flag, tolerance_flags)
             floats = True
             if flag != "float_relative_tolerance":
                 abs_tol = value
@@ -168,6 +170,16 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
     if floats:  # a tolerance the flags do not set is off, as in Kattis
         return JudgeSpec(mode="float", abs_tol=abs_tol, rel_tol=rel_tol, **options)
     return JudgeSpec(mode="tokens", **options)
+
+
+def _check_tolerance_flag(flag: str, seen: list[str]) -> None:
+    """The spec: each tolerance at most once, and float_tolerance not beside the others."""
+    if flag in seen or (seen and "float_tolerance" in (flag, *seen)):
+        raise PackageError(
+            f"validator flags give {flag} after {', '.join(seen)}: each tolerance may be given "
+            "once, and float_tolerance not together with float_absolute/relative_tolerance"
+        )
+    seen.append(flag)
 
 
 def validator_program(directory: Path) -> Program:
