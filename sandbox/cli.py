@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.isolation import image
 from sandbox.judging import verify as verifying
 from sandbox.judging.functional import function_call
+from sandbox.judging.kattis import PackageError, is_package, load_package, load_validator
+from sandbox.judging.verify import run_package
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, Verdict
 
 EXTENSIONS = {".py": "python", ".cpp": "cpp", ".cc": "cpp", ".cxx": "cpp", ".c++": "cpp"}
@@ -286,6 +289,8 @@ def _tests_from_dir(path: Path) -> list[dict[str, Any]]:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
+    if is_package(args.tests) and not args.function:
+        return _judge_package(args)
     rows = load_tests(args.tests)
     if args.function:
         source = load_program(args.file, args.lang or "python").source
@@ -298,10 +303,50 @@ def cmd_judge(args: argparse.Namespace) -> int:
         tests = [TestCase(str(r.get("stdin", "")), r.get("expected")) for r in rows]
     judge = judge_of(args)
     result = asyncio.run(_run_once(args, program, tests, judge, args.early_stop))
+    return _report(result, [str(r.get("name", i + 1)) for i, r in enumerate(rows)], len(tests))
+
+
+def _judge_package(args: argparse.Namespace) -> int:
+    """--tests PKG: the package's own judges (validator, flags per test group) unless the
+    command line sets a judge option, which then applies to every test."""
+    try:
+        package = load_package(args.tests, backend=args.backend)
+    except (PackageError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    program = load_program(args.file, args.lang)
+    if _judge_flags_given(args):
+        package = replace(package, test_judges=(judge_of(args),) * len(package.tests))
+    else:
+        print(f"judge: {package.name}'s own validator and flags (judge options override them)")
+
+    async def go() -> RunResult:
+        async with make_sandbox(args) as sb:
+            return await run_package(sb, program, package, limits_of(args), args.early_stop)
+
+    return _report(asyncio.run(go()), list(package.test_names), len(package.tests))
+
+
+def _judge_flags_given(args: argparse.Namespace) -> bool:
+    tolerances = (
+        args.float_tolerance,
+        args.float_absolute_tolerance,
+        args.float_relative_tolerance,
+    )
+    return bool(
+        args.checker
+        or args.case_insensitive
+        or args.space_change_sensitive
+        or args.validator_flags
+        or args.mode != "tokens"
+        or any(t is not None for t in tolerances)
+    )
+
+
+def _report(result: RunResult, names: list[str], total: int) -> int:
     if result.verdict is Verdict.CE:
         print(result.compile_output, end="")
     for i, test in enumerate(result.tests):
-        name = rows[i].get("name", str(i + 1))
+        name = names[i] if i < len(names) else str(i + 1)
         note = f"  {test.message}" if test.message else ""
         print(
             f"test {name}: {test.verdict.value}  {test.time_s:.3f}s  {test.memory_mb:.1f}MB{note}"
@@ -309,7 +354,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         if test.verdict is not Verdict.OK and test.stderr.strip():
             print(indented_tail("stderr", test.stderr))
     print(
-        f"summary: {result.passed}/{len(tests)} passed, verdict {result.verdict.value} "
+        f"summary: {result.passed}/{total} passed, verdict {result.verdict.value} "
         f"(backend {result.backend})"
     )
     return _exit_code(result)
@@ -337,10 +382,8 @@ def judge_of(args: argparse.Namespace) -> JudgeSpec:
     if args.checker:
         protocol = args.checker_protocol or ("kattis" if args.checker.is_dir() else "testlib")
         if args.checker.is_dir():
-            from sandbox.judging.kattis import PackageError, validator_program
-
-            try:
-                checker = validator_program(args.checker)
+            try:  # built first when Kattis would build it (build/run, several sources)
+                checker = load_validator(args.checker, getattr(args, "backend", "auto"))
             except PackageError as exc:
                 raise UsageError(str(exc)) from exc
         else:

@@ -350,6 +350,7 @@ def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, An
             "stdin": output,
             "argv": ["input.txt", "answer.txt", "./", *judge.checker_args],
             "files": {"input.txt": test.stdin, "answer.txt": answer},
+            "collect": [JUDGE_MESSAGE],  # the validator's feedback for a human judge
         }
     return {
         "stdin": "",
@@ -359,11 +360,15 @@ def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, An
 
 
 KATTIS_ACCEPT, KATTIS_REJECT = 42, 43
+JUDGE_MESSAGE = "judgemessage.txt"
 
 
 def _checker_verdict(raw: TestResult, event: dict[str, Any], judge: JudgeSpec) -> TestResult:
     status, code = event["status"], event["exit_code"]
     note = (event["stdout"] + event["stderr"]).strip()[-500:]
+    feedback = (event.get("files") or {}).get(JUDGE_MESSAGE, "").strip()
+    if feedback:  # Kattis: judgemessage.txt is what a judge reads first
+        note = f"{JUDGE_MESSAGE}: {feedback[:1500]}" + (f"\n{note}" if note else "")
     if judge.checker_protocol == "kattis":  # 42/43 only: a crash is never the contestant's
         if status == "re" and code == KATTIS_ACCEPT:
             status = "ok"

@@ -5,7 +5,8 @@ must not import anything from the sandbox package. It never sees expected output
 program and reports what happened; the host judges.
 
 Protocol (one JSON object per line):
-  host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
+  host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?,
+                   "collect"?: names of files to send back from the test's dir}],
                    "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
                    "scratch_parent", "wipe_dirs", "seccomp", "cgroup"}
                    ("cgroup": {"compile": group, "test": group} of inherited cgroup file fds,
@@ -15,7 +16,7 @@ Protocol (one JSON object per line):
                    request asked with "return_binary": max bytes; a request may carry "binary" to skip
                    compiling: sandbox/judging/compile_cache.py)
                    {"event": "test", "index", "status", "exit_code", "time_s", "wall_s", "memory_mb",
-                    "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
+                    "stdout", "stderr", "message", "files"?}     (status: ok|tle|mle|re|ole)
                    {"event": "error", "message"}   (the runner itself failed: a system error)
                    {"event": "done", "clean": bool, "leftovers": [...]}
                    (clean: the slot's writable dirs and IPC tables are verifiably empty)
@@ -45,6 +46,7 @@ import resource
 import selectors
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -410,10 +412,31 @@ def run_tests(req, scratch, run_argv):
         argv = run_argv + list(test.get("argv") or [])
         group, seccomp = phase_group(req, "test"), req.get("seccomp", False)
         result = run_one(argv, stdin_path, cwd, req["limits"], kill_all, group, seccomp)
+        collected = collect_files(cwd, test.get("collect") or ())
+        if collected:
+            result["files"] = collected
         guard.remove_tree(cwd)
         emit(dict(result, event="test", index=index))
         if req.get("interactive") and sys.stdin.readline().strip() != "next":
             return
+
+
+def collect_files(cwd, names):
+    """Regular files the test left in its dir (a Kattis validator's judgemessage.txt), capped.
+    O_NOFOLLOW and O_NONBLOCK: a symlink or a FIFO left there is skipped, never followed."""
+    out = {}
+    for name in names:
+        path = os.path.join(cwd, os.path.basename(name))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                out[name] = os.read(fd, STDERR_CAP).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+    return out
 
 
 def phase_group(req, phase):
