@@ -122,7 +122,7 @@ def describe_function_test(test: TestCase, function_name: str) -> str:
         return str(case["check"]).rstrip()
     owner, _, method = function_name.rpartition(".")
     callee = f"{owner}().{method}" if owner else function_name
-    args = case.get("args", case.get("kwargs"))
+    args = case.get("args", case.get("kwargs")) or []
     if isinstance(args, dict):
         shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
     else:
