@@ -101,10 +101,15 @@ def table_row(output: str, name: str) -> str:
     return next(line for line in output.splitlines() if line.strip().startswith(name))
 
 
-def test_multi_program_validator_and_every_submission_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["docker", "bubblewrap"])
+def test_multi_program_validator_and_every_submission_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    make_sandbox(backend)
+    monkeypatch.setenv("GSPO_COMPILE_CACHE_DIR", str(tmp_path / "cache"))  # built on `backend`
     pkg = write_package(tmp_path)
     add_submissions(pkg, SUBMISSIONS)
-    done = cli("verify", str(pkg), "--backend", "bubblewrap")
+    done = cli("verify", str(pkg), "--backend", backend)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     for name in (
