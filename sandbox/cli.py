@@ -62,8 +62,12 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="permit backend=unsafe-local (NO isolation)",
         )
-        p.add_argument("--time-limit", type=float, default=2.0, help="CPU seconds per test")
-        p.add_argument("--memory-limit", type=int, default=256, help="MB per process")
+        p.add_argument(
+            "--time-limit", type=float, help="CPU seconds per test (default 2; a package's own)"
+        )
+        p.add_argument(
+            "--memory-limit", type=int, help="MB per process tree (default 256; a package's own)"
+        )
 
     run = sub.add_parser("run", help="run one program, print its output and verdict")
     run.add_argument("file", type=Path)
@@ -171,12 +175,18 @@ def make_sandbox(args: argparse.Namespace, max_concurrency: int = 1) -> Sandbox:
     )
 
 
-def limits_of(args: argparse.Namespace) -> Limits:
+def limits_of(
+    args: argparse.Namespace, time_s: float | None = None, memory_mb: int | None = None
+) -> Limits:
+    """The command line's limits; where it gives none, `time_s`/`memory_mb` (a package's), else
+    2 s and 256 MB."""
     try:
         scale = getattr(args, "time_multiplier", 1.0)
         if not scale > 0:
             raise ValueError(f"--time-multiplier {scale} must be positive")
-        return Limits(time_s=args.time_limit * scale, memory_mb=args.memory_limit)
+        time_s = args.time_limit if args.time_limit is not None else (time_s or 2.0)
+        memory_mb = args.memory_limit if args.memory_limit is not None else (memory_mb or 256)
+        return Limits(time_s=time_s * scale, memory_mb=memory_mb)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -318,10 +328,13 @@ def _judge_package(args: argparse.Namespace) -> int:
         package = replace(package, test_judges=(judge_of(args),) * len(package.tests))
     else:
         print(f"judge: {package.name}'s own validator and flags (judge options override them)")
+    if args.time_limit is None and package.time_limit_s is None:
+        print(f"judge: {package.name} has no time limit; using 2 s (--time-limit sets one)")
 
     async def go() -> RunResult:
         async with make_sandbox(args) as sb:
-            return await run_package(sb, program, package, limits_of(args), args.early_stop)
+            limits = limits_of(args, package.time_limit_s, package.memory_mb)
+            return await run_package(sb, program, package, limits, args.early_stop)
 
     return _report(asyncio.run(go()), list(package.test_names), len(package.tests))
 

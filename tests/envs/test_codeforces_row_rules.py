@@ -155,6 +155,11 @@ def test_gfg_rows_that_cannot_be_converted_are_refused_and_counted(tmp_path, cap
          {"mode": "float", "abs_tol": 0.0, "rel_tol": 1e-4}),
         ("Print the answer.", {"mode": "tokens"}),
         ("The string has lowercase letters. In any event print it.", {"mode": "tokens"}),
+        ("In any case, the answer fits in a 64-bit integer.", {"mode": "tokens"}),
+        ("If there is a solution print YES, else NO. In any case, print a newline.",
+         {"mode": "tokens"}),
+        ('Print "Yes" or "No" (without quotes) in any letter case.',
+         {"mode": "tokens", "case_sensitive": False}),
     ],
 )  # fmt: skip
 def test_statement_rules_become_judge_options(statement: str, judge: dict):

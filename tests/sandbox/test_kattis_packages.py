@@ -207,6 +207,7 @@ def test_judge_tests_pkg_honours_the_package_flags(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert done.returncode == 1, done.stdout + done.stderr
     assert "own validator and flags" in lines[0]
+    assert "has no time limit; using 2 s" in lines[1]
     assert table_row(done.stdout, "test sample/1:").startswith("test sample/1: OK")  # tolerance
     assert table_row(done.stdout, "test secret/g1/1:").startswith("test secret/g1/1: WA")  # case
     assert table_row(done.stdout, "test secret/g2/1:").startswith("test secret/g2/1: OK")

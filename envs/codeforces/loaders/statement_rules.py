@@ -16,8 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# Only about the output's letters: "In any case, the answer fits in 64 bits" is not a rule.
 _ANY_CASE = re.compile(
-    r"\b(?:in|of) any (?:letter )?(?:case|register)\b|\bany combination of (?:upper|lower)",
+    r"\b(?:print|output|write|answer|letter|string|word|yes|no)s?\b[^.]{0,80}?"
+    r"\b(?:in|of) any (?:letter )?(?:case|register)\b"
+    r"|\bany combination of (?:upper|lower)",
     re.IGNORECASE,
 )
 _ERROR = re.compile(
