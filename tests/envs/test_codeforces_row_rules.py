@@ -130,6 +130,10 @@ def test_gfg_values_arrays_strings_and_lists(tmp_path: Path):
             },
             "cannot read the input value",
         ),
+        (
+            {"input_output": json.dumps({"inputs": ["5 2\n1 2 3 4 5"], "outputs": ["9"]})},
+            "have no input variable of that name",
+        ),  # source: geeksforgeeks, so never a stdin problem even in stdin's shape
     ],
 )
 def test_gfg_rows_that_cannot_be_converted_are_refused_and_counted(tmp_path, caplog, over, reason):

@@ -5,6 +5,7 @@ Template for python3 ... def maxSum(self, arr, n, k)"), each test input is the d
 variables as a person writes them, one per line (`n = 5`, `k = 3`, `arr[] = {1, 2, 3}`, strings
 bare or quoted, 2-D arrays `{{1, 2}, {3, 4}}`), and each output is what the driver printed
 (`9`, `1 2 3`). They are NOT stdin problems: a program reading stdin never sees this text.
+A row is taken as one when TACO's `source` is "geeksforgeeks" or its inputs have this shape.
 
 Conversion: the method is `Solution.<name>`; each parameter takes the input variable of the same
 name (case and a trailing `[]` ignored; one parameter and one variable pair up by themselves);
@@ -37,8 +38,10 @@ def looks_like_assignments(inputs: list[Any]) -> bool:
     )
 
 
-def convert(starter: str, inputs: list[str], outputs: list[Any]) -> tuple[str, list[dict]]:
+def convert(starter: str, inputs: list[Any], outputs: list[Any]) -> tuple[str, list[dict]]:
     """(function name, [{"args", "expected"}]) or Unsupported naming what stops it."""
+    if not inputs or not all(isinstance(i, str) for i in inputs):
+        raise Unsupported("GeeksforGeeks row whose inputs are not `name = value` text")
     method = _METHOD.search(starter)
     if "class Solution" not in starter or method is None:
         raise Unsupported(

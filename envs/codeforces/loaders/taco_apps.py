@@ -59,7 +59,8 @@ def row_to_problem(row: dict[str, Any], pid: str, num_samples: int = 1) -> Probl
     io = json_field(row, "input_output", {}) or {}
     starter = str(row.get("starter_code") or "")
     function_name = _function_name(io, starter) if io.get("fn_name") else None
-    if function_name is None and gfg.looks_like_assignments(io.get("inputs") or []):
+    from_gfg = str(row.get("source") or "").lower() == "geeksforgeeks"
+    if function_name is None and (from_gfg or gfg.looks_like_assignments(io.get("inputs") or [])):
         function_name, tests = _gfg_tests(io, starter)
     else:
         tests = _tests(io, function_name)
