@@ -10,8 +10,9 @@ concatenated into one file). problemtools (run/buildrun.py) does the same.
 Here the build runs once, in the sandbox (the package is data, its scripts untrusted code), and
 its result is cached like a compiled program (the compile cache, memory and disk, keyed by the
 files, the runner and the image recipe). What comes back is a tar of the built directory; the
-validator then runs as a small Python launcher that unpacks it into the test's directory and
-execs `run input answer feedback_dir [flags]` with absolute paths, the team output on stdin.
+validator then runs as a small Python launcher that unpacks it once per sandbox run and execs
+`run input answer feedback_dir [flags]` with absolute paths, the team output on stdin.
+benchmarks/kattis_validators.py measures what the launcher costs per test.
 A package whose validator cannot be built is refused at load (PackageError with the build's
 output), so no submission is ever judged SE for it.
 
@@ -27,7 +28,8 @@ import concurrent.futures
 import hashlib
 import io
 import tarfile
-from pathlib import Path
+import zlib
+from pathlib import Path, PurePosixPath
 
 from sandbox.judging.compile_cache import RUNNER_DIGEST, Entry, shared_cache
 from sandbox.types import Limits, Program, TestCase, Verdict
@@ -73,16 +75,31 @@ with tarfile.open(fileobj=buf, mode="w:gz") as t:
 sys.stdout.write(base64.b64encode(buf.getvalue()).decode())
 """
 
-# Runs in the sandbox per test: unpack the built tree, exec `run` with absolute paths.
-_LAUNCHER = r"""import base64, io, os, subprocess, sys, tarfile, tempfile
-BUILT = "{built}"
-home = tempfile.mkdtemp(prefix=".validator-", dir=".")
-with tarfile.open(fileobj=io.BytesIO(base64.b64decode(BUILT))) as t:
-    t.extractall(home)
+# Runs in the sandbox per test. The built files are unpacked once per run, beside main.py (the
+# run's scratch dir outlives its tests; a test's own dir does not), then `run` replaces this
+# process (exec: no waiting Python in between). Only cheap modules: the interpreter's start-up
+# is most of the cost.
+_LAUNCHER = r"""import base64, os, sys, zlib
+FILES = {files}
+def unpack(home):
+    os.makedirs(home, exist_ok=True)
+    for name, (mode, data) in FILES.items():
+        path = os.path.join(home, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(zlib.decompress(base64.b64decode(data)))
+        os.chmod(path, mode)
+    open(os.path.join(home, ".ready"), "w").close()
+home = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".validator")
+if not os.path.exists(os.path.join(home, ".ready")):
+    try:
+        unpack(home)
+    except OSError:  # the scratch dir is not ours to write: unpack into the test's dir
+        home = os.path.abspath(".validator")
+        unpack(home)
 inp, ans, feedback = (os.path.abspath(a) for a in sys.argv[1:4])
-argv = [os.path.join(os.path.abspath(home), "run"), inp, ans, feedback + "/", *sys.argv[4:]]
-code = subprocess.run(argv).returncode
-sys.exit(code if code >= 0 else 128 - code)
+run = os.path.join(home, "run")
+os.execv(run, [run, inp, ans, feedback + "/", *sys.argv[4:]])
 """
 
 
@@ -121,7 +138,19 @@ def builder_program(directory: Path) -> Program:
 
 
 def launcher(built: bytes) -> Program:
-    return Program("python", _LAUNCHER.format(built=base64.b64encode(built).decode()))
+    """The per-test Program: the built tree (a tar.gz from the builder) as compressed files."""
+    files: dict[str, tuple[int, str]] = {}
+    with tarfile.open(fileobj=io.BytesIO(built)) as tar:
+        for member in tar.getmembers():
+            handle = tar.extractfile(member) if member.isfile() else None
+            if handle is None:
+                continue
+            name = str(PurePosixPath(member.name))
+            if name.startswith(("/", "..")):
+                raise BuildError(f"the build left a file outside its directory: {member.name!r}")
+            data = zlib.compress(handle.read(), 6)
+            files[name] = (member.mode & 0o777, base64.b64encode(data).decode())
+    return Program("python", _LAUNCHER.format(files=repr(files)))
 
 
 def _cache_key(builder: Program) -> str:

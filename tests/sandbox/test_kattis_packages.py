@@ -222,3 +222,23 @@ def test_a_package_with_different_group_flags_is_refused_for_training(tmp_path: 
     pkg = write_flag_package(tmp_path)
     with pytest.raises(TaskError, match="test groups use different validator flags"):
         load_source(f"kattis:{pkg}", "train", split_mode="all")
+
+
+async def test_a_validator_builds_beside_a_live_sandbox_of_the_same_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sandbox import Program, TestCase, Verdict
+    from sandbox.judging import compile_cache
+
+    monkeypatch.setattr(compile_cache, "_shared", compile_cache.CompileCache())  # no cached build
+    live = make_sandbox("bubblewrap")
+    try:
+        assert (await live.run(Program("python", "print(1)"), [TestCase("")])).verdict is Verdict.OK
+        package = load_package(write_package(tmp_path), backend="bubblewrap")  # builds now
+        tests = list(package.tests)
+        result = await live.run(
+            Program("python", "print(int(input()) * 2 + 1)"), tests, judge=package.judge
+        )
+        assert result.verdict is Verdict.OK  # within the validator's slack
+    finally:
+        await live.aclose()
