@@ -31,6 +31,7 @@ import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from sandbox.errors import BackendFailure
 from sandbox.judging.compile_cache import RUNNER_DIGEST, Entry, shared_cache
 from sandbox.types import Limits, Program, TestCase, Verdict
 
@@ -172,8 +173,8 @@ async def build(directory: Path, sandbox: object) -> Program:
         result = await sandbox.run(builder, [TestCase("")], BUILD_LIMITS)  # type: ignore[attr-defined]
         test = result.tests[0] if result.tests else None
         if result.verdict is Verdict.SE:
-            raise RuntimeError(
-                f"{directory}: sandbox error while building: {test and test.message}"
+            raise BackendFailure(  # infrastructure, not the package: never a PackageError
+                f"{directory}: sandbox error while building the validator: {test and test.message}"
             )
         if result.verdict is not Verdict.OK or test is None:
             why = (test.stderr or test.message) if test else result.compile_output
