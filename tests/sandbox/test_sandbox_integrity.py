@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from sbtest_util import checked_sandbox, make_sandbox, processes_of_uids
 
-from sandbox import Limits, Program, Sandbox, TestCase, Verdict, cgroups
+from sandbox import Limits, Program, Sandbox, TestCase, Verdict
+from sandbox.isolation import cgroups
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
