@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.isolation import image
 from sandbox.judging import verify as verifying
 from sandbox.judging.functional import function_call
+from sandbox.judging.kattis import PackageError, is_package, load_package, load_validator
+from sandbox.judging.verify import run_package
 from sandbox.service import main as serve_command
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, Verdict
 
@@ -60,8 +63,12 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="permit backend=unsafe-local (NO isolation)",
         )
-        p.add_argument("--time-limit", type=float, default=2.0, help="CPU seconds per test")
-        p.add_argument("--memory-limit", type=int, default=256, help="MB per process")
+        p.add_argument(
+            "--time-limit", type=float, help="CPU seconds per test (default 2; a package's own)"
+        )
+        p.add_argument(
+            "--memory-limit", type=int, help="MB per process tree (default 256; a package's own)"
+        )
 
     run = sub.add_parser("run", help="run one program, print its output and verdict")
     run.add_argument("file", type=Path)
@@ -162,12 +169,18 @@ def make_sandbox(args: argparse.Namespace, max_concurrency: int = 1) -> Sandbox:
     )
 
 
-def limits_of(args: argparse.Namespace) -> Limits:
+def limits_of(
+    args: argparse.Namespace, time_s: float | None = None, memory_mb: int | None = None
+) -> Limits:
+    """The command line's limits; where it gives none, `time_s`/`memory_mb` (a package's), else
+    2 s and 256 MB."""
     try:
         scale = getattr(args, "time_multiplier", 1.0)
         if not scale > 0:
             raise ValueError(f"--time-multiplier {scale} must be positive")
-        return Limits(time_s=args.time_limit * scale, memory_mb=args.memory_limit)
+        time_s = args.time_limit if args.time_limit is not None else (time_s or 2.0)
+        memory_mb = args.memory_limit if args.memory_limit is not None else (memory_mb or 256)
+        return Limits(time_s=time_s * scale, memory_mb=memory_mb)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -280,6 +293,8 @@ def _tests_from_dir(path: Path) -> list[dict[str, Any]]:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
+    if is_package(args.tests) and not args.function:
+        return _judge_package(args)
     rows = load_tests(args.tests)
     if args.function:
         source = load_program(args.file, args.lang or "python").source
@@ -292,19 +307,76 @@ def cmd_judge(args: argparse.Namespace) -> int:
         tests = [TestCase(str(r.get("stdin", "")), r.get("expected")) for r in rows]
     judge = judge_of(args)
     result = asyncio.run(_run_once(args, program, tests, judge, args.early_stop))
+    return _report(result, [str(r.get("name", i + 1)) for i, r in enumerate(rows)], len(tests))
+
+
+def _judge_package(args: argparse.Namespace) -> int:
+    """--tests PKG: the package's own judges (validator, flags per test group) unless the
+    command line sets a judge option, which then applies to every test."""
+    try:
+        package = load_package(args.tests, backend=args.backend)
+    except (PackageError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    program = load_program(args.file, args.lang)
+    if _judge_flags_given(args):
+        package = replace(package, test_judges=(judge_of(args),) * len(package.tests))
+    else:
+        print(f"judge: {package.name}'s own validator and flags (judge options override them)")
+    if args.time_limit is None and package.time_limit_s is None:
+        print(f"judge: {package.name} has no time limit; using 2 s (--time-limit sets one)")
+
+    async def go() -> RunResult:
+        async with make_sandbox(args) as sb:
+            limits = limits_of(args, package.time_limit_s, package.memory_mb)
+            return await run_package(sb, program, package, limits, args.early_stop)
+
+    return _report(asyncio.run(go()), list(package.test_names), len(package.tests))
+
+
+def _judge_flags_given(args: argparse.Namespace) -> bool:
+    tolerances = (
+        args.float_tolerance,
+        args.float_absolute_tolerance,
+        args.float_relative_tolerance,
+    )
+    return bool(
+        args.checker
+        or args.case_insensitive
+        or args.space_change_sensitive
+        or args.validator_flags
+        or args.mode != "tokens"
+        or any(t is not None for t in tolerances)
+    )
+
+
+def _report(result: RunResult, names: list[str], total: int) -> int:
     if result.verdict is Verdict.CE:
         print(result.compile_output, end="")
     for i, test in enumerate(result.tests):
-        name = rows[i].get("name", str(i + 1))
+        name = names[i] if i < len(names) else str(i + 1)
         note = f"  {test.message}" if test.message else ""
         print(
             f"test {name}: {test.verdict.value}  {test.time_s:.3f}s  {test.memory_mb:.1f}MB{note}"
         )
+        if test.verdict is not Verdict.OK and test.stderr.strip():
+            print(indented_tail("stderr", test.stderr))
     print(
-        f"summary: {result.passed}/{len(tests)} passed, verdict {result.verdict.value} "
+        f"summary: {result.passed}/{total} passed, verdict {result.verdict.value} "
         f"(backend {result.backend})"
     )
     return _exit_code(result)
+
+
+STDERR_SHOWN = 2000  # characters of a failed test's stderr printed by `judge` (its tail)
+
+
+def indented_tail(label: str, text: str, limit: int = STDERR_SHOWN) -> str:
+    """The end of `text` (where a traceback's cause is), indented under the test's line."""
+    text = text.rstrip()
+    cut = len(text) > limit
+    shown = text[-limit:] if cut else text
+    head = f"  {label} (last {limit} of {len(text)} characters):" if cut else f"  {label}:"
+    return head + "\n" + "\n".join("    " + line for line in shown.splitlines())
 
 
 def judge_of(args: argparse.Namespace) -> JudgeSpec:
@@ -317,10 +389,8 @@ def judge_of(args: argparse.Namespace) -> JudgeSpec:
     if args.checker:
         protocol = args.checker_protocol or ("kattis" if args.checker.is_dir() else "testlib")
         if args.checker.is_dir():
-            from sandbox.judging.kattis import PackageError, validator_program
-
-            try:
-                checker = validator_program(args.checker)
+            try:  # built first when Kattis would build it (build/run, several sources)
+                checker = load_validator(args.checker, getattr(args, "backend", "auto"))
             except PackageError as exc:
                 raise UsageError(str(exc)) from exc
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from sandbox.config import SandboxConfig
@@ -331,6 +332,7 @@ def _raw_result(event: dict[str, Any]) -> TestResult:
         event["stderr"],
         event["exit_code"],
         event["message"],
+        float(event.get("wall_s", 0.0)),
     )
 
 
@@ -341,9 +343,7 @@ def _judge_event(event: dict[str, Any], test: TestCase, spec: JudgeSpec) -> Test
     ok, message = judging.compare(raw.stdout, test.expected, spec)
     if ok:
         return raw
-    return TestResult(
-        Verdict.WA, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, message
-    )
+    return replace(raw, verdict=Verdict.WA, message=message)
 
 
 def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, Any]:
@@ -355,6 +355,7 @@ def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, An
             "stdin": output,
             "argv": ["input.txt", "answer.txt", "./", *judge.checker_args],
             "files": {"input.txt": test.stdin, "answer.txt": answer},
+            "collect": [JUDGE_MESSAGE],  # the validator's feedback for a human judge
         }
     return {
         "stdin": "",
@@ -364,11 +365,15 @@ def _checker_test(test: TestCase, output: str, judge: JudgeSpec) -> dict[str, An
 
 
 KATTIS_ACCEPT, KATTIS_REJECT = 42, 43
+JUDGE_MESSAGE = "judgemessage.txt"
 
 
 def _checker_verdict(raw: TestResult, event: dict[str, Any], judge: JudgeSpec) -> TestResult:
     status, code = event["status"], event["exit_code"]
     note = (event["stdout"] + event["stderr"]).strip()[-500:]
+    feedback = (event.get("files") or {}).get(JUDGE_MESSAGE, "").strip()
+    if feedback:  # Kattis: judgemessage.txt is what a judge reads first
+        note = f"{JUDGE_MESSAGE}: {feedback[:1500]}" + (f"\n{note}" if note else "")
     if judge.checker_protocol == "kattis":  # 42/43 only: a crash is never the contestant's
         if status == "re" and code == KATTIS_ACCEPT:
             status = "ok"
@@ -377,29 +382,13 @@ def _checker_verdict(raw: TestResult, event: dict[str, Any], judge: JudgeSpec) -
         else:  # exit 0, another code, a signal or a limit: the validator failed
             status = "validator"
     if status == "ok":
-        return TestResult(
-            Verdict.OK, raw.time_s, raw.memory_mb, raw.stdout, raw.stderr, raw.exit_code, note
-        )
+        return replace(raw, verdict=Verdict.OK, message=note)
     if status == "re" and code is not None and code > 0 and code != 3:
-        return TestResult(
-            Verdict.WA,
-            raw.time_s,
-            raw.memory_mb,
-            raw.stdout,
-            raw.stderr,
-            raw.exit_code,
-            note or f"checker exit code {code}",
-        )
+        return replace(raw, verdict=Verdict.WA, message=note or f"checker exit code {code}")
     # testlib's exit code 3 ("fail"), or the checker crashed / ran out of limits: not the
     # contestant's fault.
-    return TestResult(
-        Verdict.SE,
-        raw.time_s,
-        raw.memory_mb,
-        raw.stdout,
-        raw.stderr,
-        raw.exit_code,
-        f"checker failed ({event['message'] or code}): {note}",
+    return replace(
+        raw, verdict=Verdict.SE, message=f"checker failed ({event['message'] or code}): {note}"
     )
 
 

@@ -123,6 +123,7 @@ class TestResult:
     stderr: str  # truncated
     exit_code: int | None  # negative: killed by that signal; None: never ran
     message: str = ""
+    wall_time_s: float = 0.0  # start to exit (time_s is the tree's CPU time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from envs.codeforces.problems import Problem, load_problemset, load_split
 from envs.errors import InfraError, TaskError
 from sandbox import JudgeSpec, Limits, Program, RunResult, Sandbox, TestCase, Verdict
 from sandbox.core import BackendName
-from sandbox.judging.functional import function_program
+from sandbox.judging.functional import describe_function_test, function_program
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +266,9 @@ class CodeforcesEnv(TextEnv):
 def render_prompt(problem: Problem) -> str:
     parts = [problem.statement.strip()]
     for i, sample in enumerate(problem.samples, 1):
+        if problem.function_name:  # the call and its value, as a person writes it
+            parts.append(f"Example {i}:\n{_show_call(problem.function_name, sample)}")
+            continue
         parts.append(
             f"Example {i}\nInput:\n{sample.input.rstrip()}\nOutput:\n{sample.output.rstrip()}"
         )
@@ -300,6 +303,10 @@ def judge_spec(problem: Problem) -> JudgeSpec:
             **options,
         )
     return JudgeSpec(mode=j.mode, abs_tol=j.abs_tol, rel_tol=j.rel_tol, **options)
+
+
+def _show_call(function_name: str, sample: Any) -> str:
+    return _clip(describe_function_test(TestCase(sample.input, sample.output), function_name))
 
 
 def _clip(text: str, limit: int = FEEDBACK_CHARS) -> str:
@@ -345,6 +352,14 @@ def _feedback(problem: Problem, result: RunResult) -> Message:
         return {"role": "user", "content": text}
     i = _first_failure(result)
     n_samples = len(problem.samples)
+    if i is not None and i < n_samples and problem.function_name:
+        got = result.tests[i]
+        text = (
+            f"Your program failed sample test {i + 1}: {got.verdict.value}.\n"
+            f"{_show_call(problem.function_name, problem.samples[i])}\n"
+            f"Error output:\n{_clip(got.stderr) or '(empty)'}"
+        )
+        return {"role": "user", "content": f"{text}\n\n{again}"}
     if i is not None and i < n_samples:
         test, got = problem.samples[i], result.tests[i]
         text = (

@@ -11,18 +11,21 @@ Rows we cannot judge are refused with the reason: interactive problems (interact
 input_mode other than "stdio" (the program would read/write files), and rows without
 official_tests. With skip_unsupported=True they are skipped and counted in a log line instead.
 
+Files: .parquet, .jsonl, .json (one object per line or one JSON array), gzipped .jsonl.gz.
 Splits: a path containing "{split}" is formatted with the split name; otherwise rows are split
-deterministically by id (crc32(id) % 10 == 0 goes to "test").
+deterministically by id (crc32(id) % 10 == 0 goes to "test"); split_mode="all" gives every row
+to both splits (an eval-only file).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import zlib
 from pathlib import Path
 from typing import Any
 
+from envs.codeforces.loaders.rows import SPLIT_MODES, read_file
+from envs.codeforces.loaders.statement_rules import judge_from_statement
 from envs.codeforces.problems import Problem
 from envs.errors import TaskError
 
@@ -56,16 +59,8 @@ def wrap_generated_checker(source: str) -> str:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    path = Path(path)
-    if not path.is_file():
-        raise TaskError(f"open-r1 codeforces file {path} does not exist")
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    if path.suffix in (".jsonl", ".json"):
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    raise TaskError(f"{path}: expected a .parquet or .jsonl file in the open-r1/codeforces schema")
+    """Rows of a .parquet, .jsonl, .json (objects per line or one array), .jsonl.gz file."""
+    return read_file(Path(path))
 
 
 def unsupported_reason(row: dict[str, Any]) -> str | None:
@@ -114,7 +109,7 @@ def row_to_problem(row: dict[str, Any]) -> Problem:
         for t in _pairs(row.get("official_tests"), pid, "official_tests")
         if t["input"] not in sample_inputs
     ]
-    judge: dict[str, Any] = {"mode": "tokens"}
+    judge: dict[str, Any] = judge_from_statement("\n".join(sections))
     if row.get("generated_checker"):
         judge = {
             "mode": "checker",
@@ -149,12 +144,19 @@ def in_split(pid: str, split: str) -> bool:
 
 
 def load_openr1(
-    path: str | Path, split: str | None = None, *, skip_unsupported: bool = False
+    path: str | Path,
+    split: str | None = None,
+    *,
+    skip_unsupported: bool = False,
+    split_mode: str = "hash",
 ) -> list[Problem]:
-    """Problems of an open-r1/codeforces file; `split` selects by "{split}" in path or by id hash."""
+    """Problems of an open-r1/codeforces file; `split` selects by "{split}" in path or by id hash
+    (split_mode="all": every row in both splits)."""
+    if split_mode not in SPLIT_MODES:
+        raise ValueError(f"split_mode={split_mode!r}; choose one of {SPLIT_MODES}")
     path_str = str(path)
-    by_hash = split is not None and "{split}" not in path_str
-    if split is not None and not by_hash:
+    by_hash = split is not None and "{split}" not in path_str and split_mode == "hash"
+    if split is not None and "{split}" in path_str:
         path_str = path_str.format(split=split)
     problems, skipped = [], 0
     for row in read_rows(path_str):

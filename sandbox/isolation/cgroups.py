@@ -19,6 +19,7 @@ runner falls back to sampling /proc (runner_guard.Tree).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -126,6 +127,9 @@ def _remove_dir(path: Path) -> None:
     log.warning("sandbox: could not remove cgroup %s", path)
 
 
+_INSTANCES = itertools.count()
+
+
 @dataclass
 class SlotGroups:
     """The compile and test groups of one slot, with their control files open."""
@@ -139,7 +143,10 @@ class SlotGroups:
     @classmethod
     def create(cls, h: Hierarchy, name: str, phases: tuple[str, ...] = PHASES) -> SlotGroups:
         """The groups of `phases` (the runner's compile and test; a session's one group)."""
-        slot = cls(h, f"{os.getpid()}.{name}")
+        # pid first (reap_stale reads the owner from it), then this process's instance number:
+        # two Sandboxes of one backend in a process (a validator build beside a live one)
+        # must not reach for the same groups.
+        slot = cls(h, f"{os.getpid()}.{next(_INSTANCES)}.{name}")
         try:
             for phase in phases:
                 slot.groups[phase] = slot._make(phase)

@@ -5,7 +5,8 @@ must not import anything from the sandbox package. It never sees expected output
 program and reports what happened; the host judges.
 
 Protocol (one JSON object per line):
-  host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?}],
+  host -> runner   the request: {"language", "source", "tests": [{"stdin", "files"?, "argv"?,
+                   "collect"?: names of files to send back from the test's dir}],
                    "limits": {...}, "compile_limits": {...}, "interactive", "kill_all",
                    "scratch_parent", "wipe_dirs", "seccomp", "cgroup"}
                    ("cgroup": {"compile": group, "test": group} of inherited cgroup file fds,
@@ -14,8 +15,8 @@ Protocol (one JSON object per line):
   runner -> host   {"event": "compile", "ok", "output", "binary"?}  (binary: base64, when the
                    request asked with "return_binary": max bytes; a request may carry "binary" to skip
                    compiling: sandbox/judging/compile_cache.py)
-                   {"event": "test", "index", "status", "exit_code", "time_s", "memory_mb",
-                    "stdout", "stderr", "message"}     (status: ok|tle|mle|re|ole)
+                   {"event": "test", "index", "status", "exit_code", "time_s", "wall_s", "memory_mb",
+                    "stdout", "stderr", "message", "files"?}     (status: ok|tle|mle|re|ole)
                    {"event": "error", "message"}   (the runner itself failed: a system error)
                    {"event": "done", "clean": bool, "leftovers": [...]}
                    (clean: the slot's writable dirs and IPC tables are verifiably empty)
@@ -45,6 +46,7 @@ import resource
 import selectors
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -234,6 +236,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
     tree = guard.Tree(group, kill_all, lim)
     tree.begin()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     pid, out_fd, err_fd = spawn(argv, stdin_path, cwd, lim, tree, seccomp)
     reason = "runner error"
     try:
@@ -246,6 +249,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
             except (ProcessLookupError, PermissionError):
                 pass
         _, status, usage = os.wait4(pid, 0)
+        wall = time.monotonic() - started  # start to exit, as SandboxFusion's execution_time
         kill_everything(pid, kill_all)
         os.close(out_fd)
         os.close(err_fd)
@@ -263,6 +267,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
         "status": status_name,
         "exit_code": code if not reason else None,
         "time_s": cpu,
+        "wall_s": wall,
         "memory_mb": mem_mb,
         "stdout": out.decode("utf-8", "replace"),
         "stderr": stderr,
@@ -407,10 +412,31 @@ def run_tests(req, scratch, run_argv):
         argv = run_argv + list(test.get("argv") or [])
         group, seccomp = phase_group(req, "test"), req.get("seccomp", False)
         result = run_one(argv, stdin_path, cwd, req["limits"], kill_all, group, seccomp)
+        collected = collect_files(cwd, test.get("collect") or ())
+        if collected:
+            result["files"] = collected
         guard.remove_tree(cwd)
         emit(dict(result, event="test", index=index))
         if req.get("interactive") and sys.stdin.readline().strip() != "next":
             return
+
+
+def collect_files(cwd, names):
+    """Regular files the test left in its dir (a Kattis validator's judgemessage.txt), capped.
+    O_NOFOLLOW and O_NONBLOCK: a symlink or a FIFO left there is skipped, never followed."""
+    out = {}
+    for name in names:
+        path = os.path.join(cwd, os.path.basename(name))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                out[name] = os.read(fd, STDERR_CAP).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+    return out
 
 
 def phase_group(req, phase):

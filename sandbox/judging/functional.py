@@ -114,6 +114,23 @@ def function_case(test: TestCase) -> dict[str, Any]:
         raise ValueError(f"not a function-style test: {test.stdin[:100]!r}") from exc
 
 
+def describe_function_test(test: TestCase, function_name: str) -> str:
+    """A function-style test as a person reads it: `add(1, 2) == 3`, `f(x=1)`, or the check
+    code itself; never the payload (its nonce would tell the program how to forge OK)."""
+    case = function_case(test)
+    if "check" in case:
+        return str(case["check"]).rstrip()
+    owner, _, method = function_name.rpartition(".")
+    callee = f"{owner}().{method}" if owner else function_name
+    args = case.get("args", case.get("kwargs")) or []
+    if isinstance(args, dict):
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    else:
+        shown = ", ".join(repr(v) for v in args)
+    call = f"{callee}({shown})"
+    return f"{call} == {case['expected']!r}" if "expected" in case else call
+
+
 def _test(index: int, case: Mapping[str, Any]) -> TestCase:
     if not isinstance(case, Mapping):
         raise ValueError(f"function test {index}: must be an object, got {case!r:.100}")

@@ -7,20 +7,25 @@ One package is a directory:
     domjudge-problem.ini        timelimit=... (DOMjudge's export)
     problem_statement/problem[.LANG].{md,tex}   the statement (statement/ in the 2023 spec)
     data/sample/*.in + .ans     sample tests; data/secret/**/*.in + .ans the hidden tests
-    data[/secret]/testdata.yaml output_validator_flags
+    data/**/testdata.yaml       output_validator_flags per test group (output_validator_args,
+                                or test_group.yaml, in 2023-07+): a group without them inherits
+                                its nearest ancestor's (data/ included); they are appended to
+                                problem.yaml's validator_flags, as problemtools does; samples
+                                get data/sample's (or data/'s), never data/secret's
     output_validators/NAME/     a custom output validator (output_validator/ in the 2023 spec):
-                                C++ sources with local headers, or one Python file
-    submissions/<verdict>/      accepted, wrong_answer, time_limit_exceeded, run_time_error,
-                                memory_limit_exceeded, output_limit_exceeded, rejected
+                                one Python file, one C++ source with headers, or a program
+                                Kattis builds (build/run scripts, several C++ sources)
+    submissions/<folder>/       see sandbox/judging/kattis_submissions.py
 The time limit is the first of: the `time_limit` argument, .timelimit, domjudge-problem.ini,
 problem.yaml limits.time_limit. A package with none of them (NWERC ships only time_multiplier)
 has time_limit_s=None; `derive_time_limit` sets it from the accepted submissions' times the
 way problemtools does (slowest accepted time x time_multiplier, here rounded up to whole seconds).
 
 A custom validator runs natively under the Kattis protocol (`validator input answer feedback_dir
-[flags] < output`, exit 42 accept / 43 reject; see sandbox.core). Our runner compiles one C++
-translation unit, so local `#include "x.h"` headers are inlined (each once) and several .cpp
-files are joined; the result is compiled once per process through the compile cache.
+[flags] < output`, exit 42 accept / 43 reject, judgemessage.txt shown; see sandbox.core). A
+one-file C++ validator's local `#include "x.h"` headers are inlined (each once) and it is compiled
+once per process through the compile cache; a validator Kattis would build is built once in the
+sandbox at load (sandbox/judging/kattis_build.py) and a failed build refuses the package.
 Interactive problems (validation: custom interactive) are refused: the judge runs batch tests.
 """
 
@@ -33,37 +38,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sandbox.types import JudgeSpec, Program, TestCase, Verdict
+from sandbox.judging import kattis_build
+from sandbox.judging.kattis_submissions import EXPECTED_VERDICTS, Submission, read_submissions
+from sandbox.types import JudgeSpec, Program, TestCase
+
+__all__ = ["EXPECTED_VERDICTS", "Package", "PackageError", "Submission", "load_package"]
 
 CPP_SUFFIXES = (".cpp", ".cc", ".cxx", ".c++")
-SOURCE_LANGUAGE = {".py": "python", **{s: "cpp" for s in CPP_SUFFIXES}}
-EXPECTED_VERDICTS: dict[str, tuple[Verdict, ...]] = {
-    "accepted": (Verdict.OK,),
-    "wrong_answer": (Verdict.WA,),
-    "time_limit_exceeded": (Verdict.TLE,),
-    "run_time_error": (Verdict.RE, Verdict.MLE),
-    "memory_limit_exceeded": (Verdict.MLE, Verdict.RE),
-    "output_limit_exceeded": (Verdict.OLE,),
-    "rejected": (Verdict.WA, Verdict.TLE, Verdict.RE, Verdict.MLE, Verdict.OLE, Verdict.CE),
-}
 DEFAULT_TIME_MULTIPLIER = 5.0
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"\s*$', re.MULTILINE)
 
 
 class PackageError(ValueError):
     """A directory that is not a usable problem package; the message names the file and fix."""
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    path: Path
-    category: str  # the submissions/ subdirectory: accepted, wrong_answer, ...
-    program: Program | None  # None: a language we do not run (skip_reason says which)
-    skip_reason: str = ""
-
-    @property
-    def expected(self) -> tuple[Verdict, ...]:
-        return EXPECTED_VERDICTS[self.category]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +64,26 @@ class Package:
     time_limit_s: float | None
     time_multiplier: float
     memory_mb: int
-    judge: JudgeSpec
+    judge: JudgeSpec  # the secret tests' (all tests' when they agree: see test_judges)
     submissions: tuple[Submission, ...]
+    # One per test of `tests`: its group's validator flags applied (testdata.yaml), and the
+    # test's name relative to data/ ("sample/1", "secret/g1/03").
+    test_judges: tuple[JudgeSpec, ...] = ()
+    test_names: tuple[str, ...] = ()
 
     @property
     def tests(self) -> tuple[TestCase, ...]:
         return self.samples + self.secret
+
+    def judge_runs(self) -> list[tuple[JudgeSpec, list[int]]]:
+        """Consecutive tests that share a judge: (judge, test indices), in test order."""
+        runs: list[tuple[JudgeSpec, list[int]]] = []
+        for index, judge in enumerate(self.test_judges or (self.judge,) * len(self.tests)):
+            if runs and runs[-1][0] == judge:
+                runs[-1][1].append(index)
+            else:
+                runs.append((judge, [index]))
+        return runs
 
 
 def is_package(path: Path) -> bool:
@@ -105,7 +106,11 @@ def find_packages(path: str | Path) -> list[Path]:
     return found
 
 
-def load_package(path: str | Path, *, time_limit_s: float | None = None) -> Package:
+def load_package(
+    path: str | Path, *, time_limit_s: float | None = None, backend: str = "auto"
+) -> Package:
+    """Read a package; a validator Kattis would build (build/run scripts, several C++ sources)
+    is built now, in a sandbox of `backend` unless cached, and a failed build is a PackageError."""
     root = Path(path)
     if not is_package(root):
         raise PackageError(f"{root}: not a problem package (needs problem.yaml and data/)")
@@ -114,11 +119,14 @@ def load_package(path: str | Path, *, time_limit_s: float | None = None) -> Pack
     validation = str(meta.get("validation", "default"))
     if "interactive" in validation.split():
         raise PackageError(f"{root}: validation={validation!r} (interactive) cannot be judged")
-    flags = _validator_flags(root, meta)
-    samples = _tests(root / "data" / "sample")
-    secret = _tests(root / "data" / "secret")
+    samples, sample_flags, sample_names = _tests(root, "sample")
+    secret, secret_flags, secret_names = _tests(root, "secret")
     if not samples and not secret:
         raise PackageError(f"{root}: no tests (data/sample/*.in and data/secret/*.in with .ans)")
+    base = str(meta.get("validator_flags") or "").split()  # combined with each group's flags
+    make = _judge_maker(root, validation, backend)
+    judges = {f: make([*base, *f]) for f in {*sample_flags, *secret_flags, ()}}
+    test_judges = tuple(judges[f] for f in (*sample_flags, *secret_flags))
     return Package(
         path=root,
         name=root.name,
@@ -129,8 +137,10 @@ def load_package(path: str | Path, *, time_limit_s: float | None = None) -> Pack
         time_limit_s=time_limit_s or _time_limit(root, limits),
         time_multiplier=float(limits.get("time_multiplier", DEFAULT_TIME_MULTIPLIER)),
         memory_mb=int(limits.get("memory", 2048)),
-        judge=_judge(root, validation, flags),
-        submissions=_submissions(root),
+        judge=judges[secret_flags[0] if secret_flags else (sample_flags or [()])[0]],
+        submissions=read_submissions(root),
+        test_judges=test_judges,
+        test_names=(*sample_names, *secret_names),
     )
 
 
@@ -146,6 +156,7 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
     options: dict[str, Any] = {"case_sensitive": False}
     abs_tol = rel_tol = 0.0
     floats = False
+    tolerance_flags: list[str] = []
     it = iter(flags)
     for flag in it:
         if flag == "case_sensitive":
@@ -154,6 +165,7 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
             options["space_change_sensitive"] = True
         elif flag in ("float_tolerance", "float_absolute_tolerance", "float_relative_tolerance"):
             value = _float_flag(flag, next(it, None))
+            _check_tolerance_flag(flag, tolerance_flags)
             floats = True
             if flag != "float_relative_tolerance":
                 abs_tol = value
@@ -168,6 +180,16 @@ def default_validator_spec(flags: list[str]) -> JudgeSpec:
     if floats:  # a tolerance the flags do not set is off, as in Kattis
         return JudgeSpec(mode="float", abs_tol=abs_tol, rel_tol=rel_tol, **options)
     return JudgeSpec(mode="tokens", **options)
+
+
+def _check_tolerance_flag(flag: str, seen: list[str]) -> None:
+    """The spec: each tolerance at most once, and float_tolerance not beside the others."""
+    if flag in seen or (seen and "float_tolerance" in (flag, *seen)):
+        raise PackageError(
+            f"validator flags give {flag} after {', '.join(seen)}: each tolerance may be given "
+            "once, and float_tolerance not together with float_absolute/relative_tolerance"
+        )
+    seen.append(flag)
 
 
 def validator_program(directory: Path) -> Program:
@@ -255,33 +277,65 @@ def _float_flag(flag: str, value: str | None) -> float:
     return number
 
 
-def _validator_flags(root: Path, meta: dict[str, Any]) -> list[str]:
-    flags = str(meta.get("validator_flags") or "").split()
-    for testdata in (root / "data" / "testdata.yaml", root / "data" / "secret" / "testdata.yaml"):
-        if testdata.is_file():
-            extra = _yaml(testdata).get("output_validator_flags")
-            if extra:
-                flags = str(extra).split()  # the most specific file wins
-    return flags
+def _group_flags(folder: Path, data: Path) -> tuple[str, ...]:
+    """A group's output validator flags: set by its own testdata.yaml (test_group.yaml in
+    2023-07+) or else by the nearest ancestor's, up to data/ (the spec's inheritance)."""
+    while True:
+        own = _own_flags(folder)
+        if own is not None:
+            return own
+        if folder == data or data not in folder.parents:
+            return ()
+        folder = folder.parent
 
 
-def _judge(root: Path, validation: str, flags: list[str]) -> JudgeSpec:
+def _own_flags(folder: Path) -> tuple[str, ...] | None:
+    for name in ("testdata.yaml", "test_group.yaml"):
+        config = folder / name
+        if not config.is_file():
+            continue
+        meta = _yaml(config)
+        if "output_validator_args" in meta:  # 2023-07+: a sequence of strings
+            raw = meta["output_validator_args"]
+            return tuple(str(a) for a in raw) if isinstance(raw, list) else tuple(str(raw).split())
+        if "output_validator_flags" in meta:
+            return tuple(str(meta["output_validator_flags"] or "").split())
+    return None
+
+
+def _judge_maker(root: Path, validation: str, backend: str) -> Any:
+    """flags -> JudgeSpec: the default validator with those flags, or the custom validator
+    (built once) with them as arguments."""
     folder = next(
         (root / n for n in ("output_validators", "output_validator") if (root / n).exists()), None
     )
-    if "custom" not in validation.split() or folder is None:
-        if "custom" in validation.split():
-            raise PackageError(f"{root}: validation=custom but no output_validators/ directory")
-        return default_validator_spec(flags)
+    if "custom" not in validation.split():
+        return default_validator_spec
+    if folder is None:
+        raise PackageError(f"{root}: validation=custom but no output_validators/ directory")
     entries = sorted(folder.iterdir()) if folder.is_dir() else [folder]
     subdirs = [e for e in entries if e.is_dir()]
     source = subdirs[0] if len(subdirs) == 1 and folder.name == "output_validators" else folder
-    return JudgeSpec(
-        mode="checker",
-        checker=validator_program(source),
-        checker_protocol="kattis",
-        checker_args=tuple(flags),
-    )
+    checker = load_validator(source, backend)
+
+    def make(flags: list[str]) -> JudgeSpec:
+        return JudgeSpec(
+            mode="checker", checker=checker, checker_protocol="kattis", checker_args=tuple(flags)
+        )
+
+    return make
+
+
+def load_validator(source: Path, backend: str = "auto") -> Program:
+    """The Program that runs a validator directory or file, built first if Kattis would."""
+    if not kattis_build.needs_build(source):
+        return validator_program(source)
+    try:
+        return kattis_build.build_sync(source, backend)
+    except kattis_build.BuildError as exc:
+        raise PackageError(
+            f"{exc}; fix the validator's build (Kattis would reject it too)"
+        ) from None
 
 
 def _inline_headers(path: Path, seen: set[Path]) -> str:
@@ -304,32 +358,21 @@ def _natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def _tests(folder: Path) -> tuple[TestCase, ...]:
+def _tests(root: Path, part: str) -> tuple[tuple[TestCase, ...], list[tuple[str, ...]], list[str]]:
+    """(tests, each test's group flags, each test's name) of data/<part>, in natural order."""
+    data = root / "data"
+    folder = data / part
     if not folder.is_dir():
-        return ()
-    out = []
+        return (), [], []
+    tests, flags, names = [], [], []
+    cache: dict[Path, tuple[str, ...]] = {}
     for inp in sorted(folder.rglob("*.in"), key=lambda p: _natural(str(p.relative_to(folder)))):
         answer = inp.with_suffix(".ans")
         if not answer.is_file():
             raise PackageError(f"{inp}: no answer file {answer.name} next to it")
-        out.append(TestCase(inp.read_text(), answer.read_text()))
-    return tuple(out)
-
-
-def _submissions(root: Path) -> tuple[Submission, ...]:
-    folder = root / "submissions"
-    if not folder.is_dir():
-        return ()
-    found = []
-    for category in sorted(d for d in folder.iterdir() if d.is_dir()):
-        if category.name not in EXPECTED_VERDICTS:
-            continue
-        for path in sorted(category.iterdir()):
-            language = SOURCE_LANGUAGE.get(path.suffix.lower())
-            if path.is_file() and language:
-                program = Program(language, path.read_text())  # type: ignore[arg-type]
-                found.append(Submission(path, category.name, program))
-            else:
-                why = "a multi-file submission" if path.is_dir() else f"language {path.suffix!r}"
-                found.append(Submission(path, category.name, None, f"skipped: {why}"))
-    return tuple(found)
+        tests.append(TestCase(inp.read_text(), answer.read_text()))
+        if inp.parent not in cache:
+            cache[inp.parent] = _group_flags(inp.parent, data)
+        flags.append(cache[inp.parent])
+        names.append(str(inp.relative_to(data).with_suffix("")))
+    return tuple(tests), flags, names

@@ -4,13 +4,17 @@ PATH is one Kattis / ICPC package or a directory of them (sandbox/judging/kattis
 under submissions/<category>/ in a language we run (Python, C++) is judged on all tests with the
 package's limits and validator (early stop on the first failure, as a judge does); its verdict
 must be one that the category allows (accepted: OK; wrong_answer: WA; time_limit_exceeded: TLE;
-run_time_error: RE or MLE; ...). One table per problem is printed. Exit status: 0 when every
-submission matched, 1 on any mismatch, 3 on a sandbox error.
+run_time_error: RE or MLE; the folders: sandbox/judging/kattis_submissions.py). Each test is
+judged with its group's validator flags (testdata.yaml). One table per problem is printed, with
+the first failing test of each submission and why (the validator's judgemessage.txt, the
+comparison's message or the program's stderr). Exit status: 0 when every submission matched,
+1 on any mismatch, 3 on a sandbox error.
 
 A package without a time limit (only limits.time_multiplier) first runs its accepted
 submissions under a generous limit and derives the limit as problemtools does (slowest accepted
-time x time_multiplier); --write-timelimit stores it in the package's .timelimit file so the
-loaders use it too.
+time x time_multiplier) from the ones that pass; if none passes, no limit is derived (an error
+naming the fix); --write-timelimit stores it in the package's .timelimit file so the loaders use
+it too.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from sandbox.judging.kattis import (
     find_packages,
     load_package,
 )
-from sandbox.types import Limits, RunResult, Verdict
+from sandbox.types import Limits, Program, RunResult, TestResult, Verdict
 
 PROBE_TIME_S = 10.0  # CPU limit while measuring the accepted submissions of a package
 EXIT_OK, EXIT_MISMATCH, EXIT_SYSTEM = 0, 1, 3
@@ -41,7 +45,8 @@ class Row:
     expected: str
     got: str
     slowest_s: float
-    matched: bool | None  # None: skipped (a language we do not run)
+    matched: bool | None  # None: skipped (a language or folder we do not run)
+    feedback: str = ""  # the first failing test and why (validator feedback included)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -65,7 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def cmd_verify(args: argparse.Namespace) -> int:
     try:
         paths = find_packages(args.path)
-        packages = [load_package(p) for p in paths]
+        packages = [load_package(p, backend=args.backend) for p in paths]
     except PackageError as exc:
         raise ValueError(str(exc)) from exc
     if args.time_multiplier <= 0:
@@ -92,10 +97,32 @@ async def _verify_all(packages: list[Package], args: argparse.Namespace) -> int:
     return status
 
 
+async def run_package(
+    sandbox: Sandbox, program: Program, package: Package, limits: Limits, early_stop: bool
+) -> RunResult:
+    """Judge `program` on every test, each with its group's judge (testdata.yaml flags): one
+    sandbox run per stretch of tests sharing a judge; with early_stop it ends at a failure."""
+    results: list[TestResult] = []
+    compile_output, backend = "", sandbox.backend_name
+    for judge, indices in package.judge_runs():
+        tests = [package.tests[i] for i in indices]
+        result = await sandbox.run(program, tests, limits, judge, early_stop=early_stop)
+        compile_output, backend = result.compile_output, result.backend
+        if result.verdict in (Verdict.CE, Verdict.SE) and not result.tests:
+            return result
+        results.extend(result.tests)
+        if result.verdict is not Verdict.OK and (early_stop or result.verdict is Verdict.SE):
+            return RunResult(result.verdict, tuple(results), compile_output, backend)
+    verdict = next((t.verdict for t in results if t.verdict is not Verdict.OK), Verdict.OK)
+    return RunResult(verdict, tuple(results), compile_output, backend)
+
+
 async def _with_time_limit(package: Package, sandbox: Sandbox, args: argparse.Namespace) -> Package:
+    """Derive a missing time limit from the accepted submissions that PASS under a generous
+    limit (problemtools' rule); a failed run says nothing about the time a solution needs."""
     if package.time_limit_s is not None:
         return package
-    accepted = [s.program for s in package.submissions if s.category == "accepted" and s.program]
+    accepted = [s for s in package.submissions if s.category == "accepted" and s.program]
     if not accepted:
         raise ValueError(
             f"{package.path}: no time limit and no accepted submission to derive one from; "
@@ -103,9 +130,20 @@ async def _with_time_limit(package: Package, sandbox: Sandbox, args: argparse.Na
         )
     limits = Limits(time_s=PROBE_TIME_S, memory_mb=package.memory_mb)
     results = await asyncio.gather(
-        *(sandbox.run(p, package.tests, limits, package.judge) for p in accepted)
+        *(run_package(sandbox, s.program, package, limits, True) for s in accepted if s.program)
     )
-    slowest = max(_slowest(r) for r in results)
+    passed = [r for r in results if r.verdict is Verdict.OK]
+    failed = [
+        f"{s.path.name}: {r.verdict.value}" for s, r in zip(accepted, results) if r not in passed
+    ]
+    if failed:
+        print(f"{package.name}: accepted submissions that fail, not timed: {', '.join(failed)}")
+    if not passed:
+        raise ValueError(
+            f"{package.path}: no accepted submission passes under {PROBE_TIME_S:g}s, so no time "
+            "limit can be derived; fix them or write the limit in seconds to .timelimit"
+        )
+    slowest = max(_slowest(r) for r in passed)
     derived = derive_time_limit(package, slowest)
     note = ""
     if args.write_timelimit:
@@ -123,26 +161,46 @@ async def _verify(package: Package, sandbox: Sandbox, time_multiplier: float) ->
     limits = Limits(time_s=package.time_limit_s * time_multiplier, memory_mb=package.memory_mb)
     runnable = [s for s in package.submissions if s.program is not None]
     results = await asyncio.gather(
-        *(
-            sandbox.run(s.program, package.tests, limits, package.judge, early_stop=True)
-            for s in runnable
-            if s.program is not None
-        )
+        *(run_package(sandbox, s.program, package, limits, True) for s in runnable if s.program)
     )
     by_path = {s.path: r for s, r in zip(runnable, results)}
     rows = []
     for s in package.submissions:
         name = str(s.path.relative_to(package.path / "submissions"))
-        expected = "/".join(v.value for v in s.expected)
+        expected = _expected_text(s.expected)
         result = by_path.get(s.path)
         if result is None:
-            rows.append(Row(name, s.category, expected, s.skip_reason, 0.0, None))
+            rows.append(Row(name, s.category, expected, "-", 0.0, None, s.skip_reason))
             continue
         matched = result.verdict in s.expected
         rows.append(
-            Row(name, s.category, expected, result.verdict.value, _slowest(result), matched)
-        )
+            Row(
+                name, s.category, expected, result.verdict.value, _slowest(result), matched,
+                _feedback(package, result),
+            )
+        )  # fmt: skip
     return rows
+
+
+def _expected_text(expected: tuple[Verdict, ...]) -> str:
+    if not expected:
+        return "-"
+    if len(expected) > 4:  # rejected / mixed without annotation
+        return "not OK" if Verdict.OK not in expected else "any"
+    return "/".join(v.value for v in expected)
+
+
+def _feedback(package: Package, result: RunResult) -> str:
+    """Where and why the first failing test failed (the validator's judgemessage.txt, the
+    comparison's message, or the program's stderr), for the table."""
+    for index, test in enumerate(result.tests):
+        if test.verdict is not Verdict.OK:
+            name = package.test_names[index] if index < len(package.test_names) else index + 1
+            why = test.message or test.stderr.strip()[-300:]
+            return f"test {name}: {why}"[:600]
+    if result.verdict is Verdict.CE:  # the compiler's last lines
+        return "\n".join(result.compile_output.strip().splitlines()[-4:])
+    return ""
 
 
 def _slowest(result: RunResult) -> float:
@@ -162,9 +220,14 @@ def _print_table(package: Package, rows: list[Row], time_multiplier: float) -> N
     print(f"  {'submission':<{width}}  {'expected':<12} {'got':<8} {'max time':>8}  result")
     for r in rows:
         result = "skipped" if r.matched is None else ("ok" if r.matched else "MISMATCH")
+        if r.matched is None:  # the reason on the row itself
+            print(f"  {r.submission:<{width}}  {r.expected:<12} {r.got:<8} {'':>8}  {r.feedback}")
+            continue
         print(
             f"  {r.submission:<{width}}  {r.expected:<12} {r.got:<8} {r.slowest_s:>7.2f}s  {result}"
         )
+        if r.feedback:
+            print("      " + r.feedback.replace("\n", "\n      "))
 
 
 def _judge_name(package: Package) -> str:

@@ -200,7 +200,9 @@ def fusion_response(program: Program, result: RunResult) -> dict[str, Any]:
     test = result.tests[0]
     status = "TimeLimitExceeded" if test.verdict is Verdict.TLE else "Finished"
     code = test.exit_code if test.exit_code is not None else (None if status != "Finished" else -9)
-    run = _command(status, test.time_s, code, test.stdout, test.stderr or test.message)
+    # SandboxFusion's execution_time is wall-clock (process start to exit); CPU time is extra.
+    run = _command(status, test.wall_time_s, code, test.stdout, test.stderr or test.message)
+    run["cpu_time"] = round(test.time_s, 4)
     ok = test.verdict is Verdict.OK
     return {**base, "status": "Success" if ok else "Failed", "message": "", "run_result": run}
 

@@ -57,7 +57,7 @@ def session_containers(owner: str) -> list[str]:
 
 def session_cgroups(owner_pid: int) -> list[str]:
     """The session cgroups (sandbox/isolation/cgroups.py) that process `owner_pid` made."""
-    pattern = f"gspo-sandbox/{owner_pid}.gspo-ses-*"
+    pattern = f"gspo-sandbox/{owner_pid}.*.gspo-ses-*"  # pid.instance.name
     return glob.glob(f"/sys/fs/cgroup/*/{pattern}") + glob.glob(f"/sys/fs/cgroup/{pattern}")
 
 

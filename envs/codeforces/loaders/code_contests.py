@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from envs.codeforces.loaders.rows import Unsupported, load_split
+from envs.codeforces.loaders.statement_rules import judge_from_statement
 from envs.codeforces.problems import Problem
 
 LANGUAGE_IDS = {2: "cpp", 3: "python"}  # the dataset's Language enum (1 = Python 2, 4 = Java)
@@ -66,6 +67,7 @@ def row_to_problem(row: dict[str, Any], include_generated: bool = True) -> Probl
             "reference": _reference(row.get("solutions")),
             "tier": str(row.get("cf_rating") or row.get("difficulty") or ""),
             "tags": list(row.get("cf_tags") or []),
+            "judge": judge_from_statement(str(row.get("description") or "")),
         }
     )
 

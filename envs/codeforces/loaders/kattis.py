@@ -6,7 +6,8 @@ formatted; otherwise packages are split by a hash of their name (rows.in_split) 
 split_mode="all".
 The default output validator's flags become judge options (case-insensitive unless
 case_sensitive, space_change_sensitive, float tolerances); a custom output validator runs under
-the Kattis protocol. A package without a time limit (only time_multiplier) gets
+the Kattis protocol (built first when Kattis would build it). A package whose test groups
+use different flags is refused (a Problem has one judge). A package without a time limit (only time_multiplier) gets
 `default_time_limit_s` and a warning: run `python -m sandbox verify PATH --write-timelimit` once
 to derive it from the accepted submissions and store it in .timelimit.
 """
@@ -25,6 +26,12 @@ log = logging.getLogger("envs.codeforces.loaders")
 
 
 def package_to_problem(package: Package, default_time_limit_s: float = 2.0) -> Problem:
+    if len(set(package.test_judges)) > 1:  # a Problem has one judge for all its tests
+        raise PackageError(
+            f"{package.path}: its test groups use different validator flags (testdata.yaml); "
+            "a training problem has one judge for every test. `python -m sandbox verify` and "
+            "`python -m sandbox judge --tests PKG` judge it group by group"
+        )
     judge = package.judge
     checker = None
     if judge.checker is not None:
@@ -81,6 +88,7 @@ def load_kattis(
     for package_dir in found:
         try:
             package = load_package(package_dir)
+            problem = package_to_problem(package, default_time_limit_s)
         except PackageError as exc:
             if not skip_unsupported:
                 raise TaskError(f"{exc} (pass skip_unsupported=True to skip it)") from exc
@@ -92,7 +100,7 @@ def load_kattis(
                 "using %.1f s. `python -m sandbox verify %s --write-timelimit` derives one",
                 package_dir, default_time_limit_s, package_dir,
             )  # fmt: skip
-        problems.append(package_to_problem(package, default_time_limit_s))
+        problems.append(problem)
     if skipped:
         log.warning("kattis: skipped %d packages: %s", len(skipped), skipped[:3])
     return problems

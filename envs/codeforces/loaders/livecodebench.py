@@ -4,7 +4,8 @@ Published fields used: question_id, question_title, question_content, platform, 
 starter_code, public_test_cases (JSON text: [{"input", "output", "testtype"}]),
 private_test_cases (the same JSON text, or that text pickled, zlib-compressed and base64-encoded
 for the larger releases), metadata (JSON text; "func_name" for LeetCode rows).
-testtype "stdin": stdin/stdout tests. testtype "functional": the input is one JSON value per
+testtype "stdin": stdin/stdout tests, compared as the statement says ("in any case": letters
+case-insensitively; "absolute or relative error ... 10^{-6}": floats; loaders/statement_rules.py). testtype "functional": the input is one JSON value per
 line (the positional arguments) and the output one JSON value; the answer is the method
 Solution.<func_name> (LeetCode's convention), judged by sandbox.judging.functional.
 
@@ -22,6 +23,7 @@ import zlib
 from typing import Any
 
 from envs.codeforces.loaders.rows import Unsupported, json_field, load_split
+from envs.codeforces.loaders.statement_rules import judge_from_statement
 from envs.codeforces.problems import Problem
 from envs.errors import TaskError
 from sandbox.judging.functional import function_tests
@@ -89,6 +91,7 @@ def row_to_problem(row: dict[str, Any]) -> Problem:
             "tags": [str(row.get("platform") or "")],
             "function_name": function_name,
             "starter_code": str(row.get("starter_code") or ""),
+            "judge": {} if function else judge_from_statement(str(row.get("question_content"))),
         }
     )
 

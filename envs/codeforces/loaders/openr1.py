@@ -6,5 +6,7 @@ from envs.codeforces.openr1 import load_openr1 as _load
 from envs.codeforces.problems import Problem
 
 
-def load_openr1(path: str, split: str, *, skip_unsupported: bool = False) -> list[Problem]:
-    return _load(path, split, skip_unsupported=skip_unsupported)
+def load_openr1(
+    path: str, split: str, *, skip_unsupported: bool = False, split_mode: str = "hash"
+) -> list[Problem]:
+    return _load(path, split, skip_unsupported=skip_unsupported, split_mode=split_mode)

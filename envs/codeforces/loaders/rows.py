@@ -1,7 +1,7 @@
 """Reading rows of a published dataset from local files, and choosing a split.
 
-Accepted paths: a .jsonl / .json (one object per line, or one JSON array), .parquet or .arrow
-file, or a directory written by `datasets.Dataset[Dict].save_to_disk`. A path containing
+Accepted paths: a .jsonl / .json (one object per line, or one JSON array; either may be gzipped:
+.jsonl.gz, .json.gz), .parquet or .arrow file, or a directory written by `datasets.Dataset[Dict].save_to_disk`. A path containing
 "{split}" is formatted with the split name ("data/{split}.jsonl"); a saved DatasetDict gives the
 split of that name. Otherwise the rows are split deterministically by id: crc32(id) % 10 == 0
 goes to "test", the rest to "train"; split_mode="all" gives every row to both splits (for an
@@ -10,6 +10,7 @@ eval-only set such as HumanEval).
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import zlib
@@ -27,21 +28,24 @@ SPLIT_MODES = ("hash", "all")
 def read_rows(path: str, split: str) -> tuple[list[dict[str, Any]], bool]:
     """(rows, already_split): already_split is True when the path or a DatasetDict chose it."""
     if "{split}" in path:
-        return _read(Path(path.format(split=split)), None), True
+        return read_file(Path(path.format(split=split)), None), True
     target = Path(path)
     if target.is_dir() and (target / "dataset_dict.json").is_file():
-        return _read(target, split), True
-    return _read(target, None), False
+        return read_file(target, split), True
+    return read_file(target, None), False
 
 
-def _read(path: Path, split: str | None) -> list[dict[str, Any]]:
+def read_file(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """The rows of one file or save_to_disk directory (a DatasetDict needs `split`)."""
     if path.is_dir():
         return _read_saved(path, split)
     if not path.is_file():
         raise TaskError(f"{path}: no such file or directory")
     suffix = path.suffix.lower()
+    if suffix == ".gz" and path.suffixes[-2:-1] in ([".jsonl"], [".json"]):
+        return _read_json(path, gzip.decompress(path.read_bytes()).decode("utf-8"))
     if suffix in (".jsonl", ".json"):
-        return _read_json(path)
+        return _read_json(path, path.read_text(encoding="utf-8"))
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -51,7 +55,8 @@ def _read(path: Path, split: str | None) -> list[dict[str, Any]]:
 
         return datasets.Dataset.from_file(str(path)).to_list()
     raise TaskError(
-        f"{path}: read .jsonl, .json, .parquet, .arrow or a datasets save_to_disk directory"
+        f"{path}: read .jsonl, .json (or either gzipped, .jsonl.gz), .parquet, .arrow or a "
+        "datasets save_to_disk directory"
     )
 
 
@@ -69,8 +74,7 @@ def _read_saved(path: Path, split: str | None) -> list[dict[str, Any]]:
     return saved.to_list()
 
 
-def _read_json(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+def _read_json(path: Path, text: str) -> list[dict[str, Any]]:
     if text.lstrip().startswith("["):
         rows = json.loads(text)
     else:

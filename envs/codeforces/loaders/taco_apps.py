@@ -8,6 +8,9 @@ Standard-input rows: each input/output is a string (or a list of lines). Call-ba
 often wrap in a one-element list; it is unwrapped, so such a row checks the value itself. A
 fn_name of a LeetCode-style class method is called as "Solution.<fn_name>" when the starter
 code defines class Solution. The first `num_samples` tests (default 1) become samples.
+GeeksforGeeks rows (no fn_name; inputs such as "n = 5\narr[] = {1, 2}") are function-call
+problems: converted by loaders/gfg.py into Solution.<method> tests, or refused with the reason;
+never loaded as stdin problems.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import ast
 import re
 from typing import Any
 
+from envs.codeforces.loaders import gfg
 from envs.codeforces.loaders.rows import Unsupported, as_text, convert, json_field, read_rows
+from envs.codeforces.loaders.statement_rules import judge_from_statement
 from envs.codeforces.problems import Problem
 from sandbox.judging.functional import function_tests
 
@@ -54,7 +59,11 @@ def row_to_problem(row: dict[str, Any], pid: str, num_samples: int = 1) -> Probl
     io = json_field(row, "input_output", {}) or {}
     starter = str(row.get("starter_code") or "")
     function_name = _function_name(io, starter) if io.get("fn_name") else None
-    tests = _tests(io, function_name)
+    from_gfg = str(row.get("source") or "").lower() == "geeksforgeeks"
+    if function_name is None and (from_gfg or gfg.looks_like_assignments(io.get("inputs") or [])):
+        function_name, tests = _gfg_tests(io, starter)
+    else:
+        tests = _tests(io, function_name)
     solutions = json_field(row, "solutions", []) or []
     reference = {"python": solutions[0]} if solutions and function_name is None else {}
     return Problem.from_row(
@@ -71,8 +80,21 @@ def row_to_problem(row: dict[str, Any], pid: str, num_samples: int = 1) -> Probl
             "tags": _tags(row.get("tags")),
             "function_name": function_name,
             "starter_code": starter,
+            "judge": {} if function_name else judge_from_statement(str(row.get("question"))),
         }
     )
+
+
+def _gfg_tests(io: dict[str, Any], starter: str) -> tuple[str, list[dict[str, str]]]:
+    """A GeeksforGeeks row (`n = 5` inputs, a Solution method): function tests or Unsupported."""
+    inputs, outputs = io.get("inputs") or [], io.get("outputs") or []
+    if len(inputs) != len(outputs):
+        raise Unsupported(f"input_output has {len(inputs)} inputs and {len(outputs)} outputs")
+    name, cases = gfg.convert(starter, inputs, outputs)
+    try:
+        return name, [{"input": t.stdin, "output": t.expected or ""} for t in function_tests(cases)]
+    except (TypeError, ValueError) as exc:
+        raise Unsupported(f"GeeksforGeeks values are not plain values ({exc})") from None
 
 
 def _tags(raw: Any) -> list[str]:
