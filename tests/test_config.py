@@ -32,7 +32,7 @@ def flat_keys(node, prefix=""):
 EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
-engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode
+engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode engine.update_mode engine.update_bucket_mb
 sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs

@@ -347,7 +347,7 @@ class RolloutManager:
                     gen.weight_version,
                     version_before,
                 )
-            traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version)
+            traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version, gen.token_versions)
             produced += len(gen.token_ids)
             if gen.finish_reason != "abort":
                 finish = gen.finish_reason
