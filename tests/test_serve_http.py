@@ -167,7 +167,7 @@ async def test_bad_requests_get_400_with_a_message(client, tmp_path):
         ("/generate", gen_body([1, 2], 0), "max_new_tokens"),
         ("/update_weights_from_disk", {"model_path": str(tmp_path / "nope")}, "failed to load"),
         ("/update_weights_from_disk", {"model_path": "x", "weight_version": "v2"}, "integer"),
-        ("/pause_generation", {"mode": "retract"}, "abort"),
+        ("/pause_generation", {"mode": "sideways"}, "in_place"),
         ("/abort_request", {}, "rid"),
     ]
     for path, body, needle in cases:
