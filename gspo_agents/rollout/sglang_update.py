@@ -80,12 +80,14 @@ class SessionUpdate:
                 )
                 for url, error in (await self._send(bucket, body)).items():
                     failed.setdefault(url, f"bucket {i + 1}/{len(buckets)}: {error}")
+                if len(failed) == len(self._urls):
+                    # Whether they received this bucket or not is unknown: the group may hold
+                    # unreceived data, so it is not used again.
+                    raise BrokenGroup(
+                        "the weight update failed on every worker: " + "; ".join(failed.values())
+                    )
         finally:
             await asyncio.shield(self._end())
-        if len(failed) == len(self._urls):
-            raise EngineRequestError(
-                "the weight update failed on every worker: " + "; ".join(failed.values())
-            )
         return failed
 
     async def _begin(self) -> None:
@@ -169,6 +171,24 @@ class SessionUpdate:
         return failed
 
 
+def group_layout(infos: list[dict[str, Any]]) -> tuple[list[int], int]:
+    """(rank_offset per worker, world size) of a weight group: rank 0 is ours, then each
+    worker takes tp_size ranks, rank_offset + tp_rank, whatever its pp_size (SGLang 0.5.23,
+    srt/model_executor/model_runner_components/weight_updater.py: init_weights_update_group,
+    `rank = rank_offset + self.tp_rank`). dp_size > 1 is refused there
+    (tokenizer_control_mixin.py asserts dp_size == 1), so here too."""
+    offsets, world_size = [], 1
+    for info in infos:
+        if int(info.get("dp_size", 1)) != 1:
+            raise EngineRequestError(
+                f"a worker runs dp_size={info['dp_size']}: SGLang takes weights over a group only "
+                "with dp_size 1; launch one server per replica, or use engine.update_mode=disk"
+            )
+        offsets.append(world_size)
+        world_size += int(info.get("tp_size", 1))
+    return offsets, world_size
+
+
 class GroupUpdates:
     """SGLangEngine's weight updates over a process group (a mixin: the engine provides the
     attributes below)."""
@@ -179,6 +199,7 @@ class GroupUpdates:
     _bucket_bytes: int
     _update_s: float
     _pause_mode: str
+    _groups_formed: int = 0
 
     async def _ensure_started(self) -> None: ...
     async def _pause(self, mode: str) -> None: ...
@@ -197,21 +218,9 @@ class GroupUpdates:
         """Form a process group of this process (rank 0) and every worker's ranks. The HTTP
         calls and our own group init run concurrently: each blocks until all ranks join.
 
-        A worker takes ranks rank_offset + tp_rank, one per tensor-parallel rank, whatever its
-        pp_size (0.5.23: model_runner_components/weight_updater.py, init_weights_update_group,
-        `rank = rank_offset + self.tp_rank`); and refuses data-parallel replicas
-        (tokenizer_control_mixin.py asserts dp_size == 1)."""
+        Ranks and world size: group_layout."""
         await self._ensure_started()
-        offsets, world_size = [], 1
-        for worker in self._pool.workers:
-            if int(worker.info.get("dp_size", 1)) != 1:
-                raise EngineRequestError(
-                    f"{worker.url} runs dp_size={worker.info['dp_size']}: SGLang takes weights "
-                    "over a group only with dp_size 1; launch one server per replica, or use "
-                    "engine.update_mode=disk"
-                )
-            offsets.append(world_size)
-            world_size += int(worker.info.get("tp_size", 1))
+        offsets, world_size = group_layout([w.info for w in self._pool.workers])
         calls = [
             self._http.control(
                 w.url,
@@ -237,9 +246,13 @@ class GroupUpdates:
                 raise result
         self._groups[group_name] = results[0]
 
-    async def _ensure_group(self, group_name: str = "gspo_weight_sync") -> str:
-        """The weight group of update_mode "nccl", formed once: NCCL with CUDA, else gloo."""
+    async def _ensure_group(self) -> str:
+        """The weight group of update_mode "nccl": NCCL with CUDA, else gloo. Formed at the
+        first update, and again after a broken one, under a new name (SGLang keeps the old)."""
+        group_name = f"gspo_weight_sync_{self._groups_formed}"
         if group_name not in self._groups:
+            self._groups_formed += 1
+            group_name = f"gspo_weight_sync_{self._groups_formed}"
             import torch
 
             address = address_towards(self._pool.urls[0])
