@@ -125,6 +125,7 @@ class LocalServer:
         self.deterministic = deterministic
         self.health_check_timeout_s = health_check_timeout_s
         self.routing_keys: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.probes: collections.Counter[str] = collections.Counter()  # GETs of health/model info
 
     # --- generation ------------------------------------------------------------------------
 
@@ -187,6 +188,7 @@ class LocalServer:
     # --- status ----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> JSONResponse:
+        self.probes[request.url.path] += 1
         """As SGLang 0.5.23: the check generates a token, so while paused it waits for the
         resume, and answers 503 when none comes within the timeout."""
         deadline = time.monotonic() + self.health_check_timeout_s
@@ -202,6 +204,7 @@ class LocalServer:
         return JSONResponse({}, status_code=200 if ok else 503)
 
     async def model_info(self, request: Request) -> JSONResponse:
+        self.probes[request.url.path] += 1
         return JSONResponse(
             {
                 "model_path": self.engine.model_path,
@@ -231,6 +234,7 @@ class LocalServer:
                     "forward_steps": self.engine.stats.forward_steps,
                     "max_running": self.engine.stats.max_running,
                     "routing_keys": dict(self.routing_keys),
+                    "probes": dict(self.probes),
                     **self.updates.stats,
                 },
             }

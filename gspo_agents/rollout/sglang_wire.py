@@ -111,6 +111,15 @@ def token_versions(spans: Any, num_tokens: int, fallback_version: int) -> list[i
 PauseMode = Literal["abort", "retract", "in_place"]
 PAUSE_MODES: tuple[str, ...] = get_args(PauseMode)
 
+# Launch sglang_router (0.3.x) with these so its health checks leave paused workers alone. Its
+# default probe, GET /health, makes an SGLang 0.5.23 worker generate one token
+# (http_server.py health_generate; SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, default on), which
+# a paused worker cannot: after HEALTH_CHECK_TIMEOUT (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s) it
+# answers 503, and a weight update longer than the router's failure threshold gets a healthy
+# worker marked down. /model_info answers while paused (it is served by the tokenizer manager,
+# which SGLang kills with the rest of the server when a scheduler dies).
+ROUTER_HEALTH_ARGS: tuple[str, ...] = ("--health-check-endpoint", "/model_info")
+
 # Header sglang_router (0.3.x) reads the sticky-routing key from (its `--policy manual`).
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 
