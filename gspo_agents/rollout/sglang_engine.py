@@ -27,9 +27,15 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   does not fan them out. With a router URL the worker list comes from the router (/list_workers)
   or `worker_urls=`.
 - Cancellation: a cancelled generate() aborts its rid server-side (shielded) before re-raising.
+- Weight updates (`update_mode`): "disk" posts /update_weights_from_disk to every worker;
+  "nccl" broadcasts the same HF directory's tensors over a process group, in buckets inside one
+  update session per worker (sglang_update.py). A worker that fails leaves rotation and gets the
+  update replayed later; the engine moves on with the rest (`last_update_dropped` names the
+  ones dropped) and raises only when every worker failed.
 - NCCL updates pause generation first (`pause_mode`, default "abort"), broadcast, then continue:
   unpaused, SGLang would wait for in-flight generations to finish before it receives, while the
-  learner is already broadcasting. A caller that paused already keeps its pause.
+  learner is already broadcasting. A caller that paused already keeps its pause. Requests an
+  in_place / retract pause kept come back with per-token versions (meta_info.weight_versions).
 - Seeds: `sampling_seed` takes effect only on servers launched with
   --enable-deterministic-inference; the first seeded request warns once if a worker's server
   info does not say so.
