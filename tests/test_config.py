@@ -127,3 +127,25 @@ def test_engine_pause_mode_reaches_the_sglang_engine():
         engine = build_engine(cfg, "unused", 0)
         assert engine._pause_mode == mode
         asyncio.run(engine.close())
+
+
+def test_engine_update_mode_is_checked_and_reaches_the_sglang_engine():
+    import asyncio
+
+    from gspo_agents.components import build_engine
+
+    with pytest.raises(ValueError, match="disk, nccl.*Did you mean 'nccl'"):
+        check_choices(
+            compose_run("engine=sglang", "engine.urls=[http://a:1]", "engine.update_mode=ncl")
+        )
+    with pytest.raises(ValueError, match="needs engine=sglang"):
+        check_choices(compose_run("engine.update_mode=nccl"))
+    with pytest.raises(ValueError, match="update_bucket_mb"):
+        check_choices(compose_run("engine.update_bucket_mb=0"))
+    sglang = ("engine=sglang", "engine.urls=[http://a:1]")
+    cfg = compose_run(*sglang, "engine.update_mode=nccl", "engine.update_bucket_mb=64")
+    check_choices(cfg)
+    engine = build_engine(cfg, "unused", 0)
+    assert engine._update_mode == "nccl" and engine._bucket_bytes == 64 * 2**20
+    asyncio.run(engine.close())
+    assert compose_run(*sglang).engine.update_mode == "disk"
