@@ -3,9 +3,10 @@
 
     python tests/sglang_control_check.py RECORDS.json
 
-RECORDS.json: {"requests": [{"path", "body", "live"}...], "answers": [generate answer...]}.
-Prints one JSON object: {"sglang", "calls": [{"path", "success", "message"}], "received",
-"version", "spans": [{"ours", "sglang"}]}.
+RECORDS.json: {"requests": [{"path", "body", "live"}...], "answers": [generate answer...],
+"controls": {name: [request...]}}. Prints one JSON object: {"sglang", "calls": [{"path",
+"success", "message"}], "received", "version", "spans": [{"ours", "sglang"}], "controls":
+{name: calls}}; each control is replayed on a fresh updater (the caller's must-fail cases).
 
 What is SGLang's own code here, and what stands in for the GPU:
 - The session gate and the flush rule: `SchedulerWeightUpdaterManager`
@@ -148,8 +149,11 @@ def main(argv: list[str]) -> None:
         {"ours": a["meta_info"]["weight_versions"], "sglang": sglang_spans(a)}
         for a in data["answers"]
     ]
+    controls = {
+        name: replay(records, io_struct)[0] for name, records in data.get("controls", {}).items()
+    }
     out = {"sglang": version, "calls": calls, "received": received, "version": final}
-    print(json.dumps({**out, "spans": spans}))
+    print(json.dumps({**out, "spans": spans, "controls": controls}))
 
 
 if __name__ == "__main__":

@@ -193,8 +193,22 @@ async def test_update_sessions_flushes_and_version_spans_pass_sglangs_own_contro
     synthetic = json.loads(json.dumps(answers[0]))
     spans = synthetic["meta_info"]["weight_versions"]
     spans.insert(1, {**gapped, "start": spans[0]["end"], "end": spans[0]["end"]})
+    # Controls SGLang must refuse: the same requests without the session (the client before
+    # issue 23), and with flush_cache asked while the in_place pause keeps a request running.
+    sessionless = [
+        r for r in requests if r["path"] not in ("/begin_weight_update", "/end_weight_update")
+    ]
+    flushing = [
+        {**r, "body": {**r["body"], "flush_cache": True}}
+        if r["path"] == "/update_weights_from_distributed"
+        else r
+        for r in requests
+    ]
+    controls = {"sessionless": sessionless, "flushing": flushing}
     path = tmp_path / "control.json"
-    path.write_text(json.dumps({"requests": requests, "answers": [*answers, synthetic]}))
+    path.write_text(
+        json.dumps({"requests": requests, "answers": [*answers, synthetic], "controls": controls})
+    )
     proc = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, str(CONTROL_CHECKER), str(path)],
@@ -213,6 +227,11 @@ async def test_update_sessions_flushes_and_version_spans_pass_sglangs_own_contro
     session = ["/begin_weight_update", *["/update_weights_from_distributed"] * n_buckets]
     assert n_buckets > 1 and paths == [*session, "/end_weight_update"] * 2
     assert len(result["received"]) == 2 * n_tensors and result["version"] == "2"
+    refused = result["controls"]["sessionless"]
+    assert refused and not any(c["success"] for c in refused)
+    assert "begin_weight_update" in refused[0]["message"]
+    flushed = [c for c in result["controls"]["flushing"] if not c["success"]]
+    assert flushed and all("not flushed" in c["message"] for c in flushed)
     ours, sglang = result["spans"][0]["ours"], result["spans"][0]["sglang"]
     assert [s["version"] for s in ours] == ["0", "1", "2"]
     assert sglang["weight_versions"] == ours and sglang["weight_version"] == "2"
