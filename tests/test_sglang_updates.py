@@ -28,6 +28,7 @@ from gspo_agents.rollout.sglang_engine import SGLangEngine
 from gspo_agents.rollout.sglang_http import ControlClient
 from gspo_agents.rollout.sglang_update import group_layout
 from gspo_agents.rollout.sglang_wire import parse_generation
+from gspo_agents.rollout.sglang_workers import rank_workers
 from gspo_agents.rollout.weight_group import bucket_by_bytes, read_hf_tensors
 from gspo_agents.serve import launch
 
@@ -160,6 +161,36 @@ async def test_one_workers_failed_load_leaves_two_serving_and_the_next_update_br
         await engine.close()
         for server in servers:
             server.stop()
+
+
+async def test_a_worker_that_failed_one_bucket_is_reloaded_before_it_serves_again(
+    tiny_path, tmp_path
+):
+    """Its other buckets loaded and it reports the new version, yet its weights are part old:
+    it must get the whole update replayed (from the directory), not just rejoin."""
+    v1 = perturbed_weights(tiny_path, tmp_path / "v1", 0.2, seed=1)
+    good = launch_tiny(tiny_path)
+    flaky = launch(
+        model_path=tiny_path, extra_args=["--num-threads", "1", "--fail-weight-loads", "1"]
+    )
+    engine = SGLangEngine(
+        [good.url, flaky.url], update_mode="nccl", update_bucket_mb=BUCKET_MB, down_cooldown_s=0
+    )
+    try:
+        await engine.update_weights(v1, 1)
+        assert list(engine.last_update_dropped) == [flaky.url]
+        assert "bucket 1/" in engine.last_update_dropped[flaky.url]
+        assert await engine.worker_health() == {good.url: True, flaky.url: True}  # replayed
+        key = next(
+            k for k in map(str, range(100)) if rank_workers(k, engine.worker_urls)[0] == flaky.url
+        )
+        gen = await engine.generate([1, 5, 6], SamplingParams(max_new_tokens=6), "g", route_key=key)
+        assert stats(await server_info(flaky.url))["requests"] == 1 and gen.weight_version == 1
+        assert_learner_logprobs(load_model(v1), [1, 5, 6], gen)
+    finally:
+        await engine.close()
+        good.stop()
+        flaky.stop()
 
 
 def test_group_ranks_follow_tp_size_only():

@@ -80,6 +80,9 @@ class Worker:
     info: dict[str, Any] = field(default_factory=dict)  # launch arguments (server info)
     in_rotation: bool = True
     retry_at: float = 0.0  # monotonic; while out of rotation, requests skip it until then
+    # It failed an update: its weights may be part new (a bucket or a load that failed after
+    # others succeeded) whatever version it reports, so only a full reload brings it back.
+    needs_replay: bool = False
 
 
 class WorkerPool:
@@ -243,10 +246,11 @@ class WorkerPool:
             version = self.reported_version(raw)
             # A worker that does not report its version gets the replay whenever there is one.
             behind = version != self.version or (raw is None and self.last_update is not None)
-            if behind and not await self._replay(worker, version):
+            if (behind or worker.needs_replay) and not await self._replay(worker, version):
                 worker.retry_at = time.monotonic() + self._cooldown_s
                 return False
             worker.in_rotation = True
+            worker.needs_replay = False
             log.info("SGLang worker %s is back at weight version %d", worker.url, self.version)
             return True
 
@@ -323,8 +327,8 @@ class WorkerPool:
         for worker in self.workers:
             if worker.url in failed:
                 self._take_out(worker, f"weight update failed: {failed[worker.url]}")
-            else:
-                worker.in_rotation = True
+            worker.needs_replay = worker.url in failed
+            worker.in_rotation = not worker.needs_replay
 
     def set_weights(self, version: int, replayable: tuple[str, int] | None) -> None:
         """Record a finished update; `replayable` is its (path, version) for a disk update and
@@ -363,8 +367,10 @@ class WorkerPool:
                 failed[worker.url] = str(result)
                 request_errors.append(isinstance(result, EngineRequestError))
                 self._take_out(worker, f"{path} failed")
+                worker.needs_replay |= weight_update
             elif weight_update:
                 worker.in_rotation = True
+                worker.needs_replay = False
         if failed and len(failed) == len(self.workers):
             error = EngineRequestError if all(request_errors) else EngineUnavailable
             raise error(f"{path} failed on every worker: " + "; ".join(failed.values()))
