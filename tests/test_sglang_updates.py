@@ -7,19 +7,31 @@ which apply 0.5.23's control-plane rules (rollout/server_updates.py); this proce
 Which test catches which finding of issue 23 (each was seen failing with the fix reverted):
 1 sessions, 3 buckets, 4 version spans, 5 flush while running: the three-update test;
 1 (the error surfaced): the refused-session and refused-broadcast tests;
-2 one failed load: the three-worker test; 6 (pp world size, POST retries): the last two.
+2 one failed load: the three-worker test; 6 (pp world size, POST retries): the two unit tests
+(the router's /health: tests/test_sglang_router.py). Beyond the findings: a worker that failed
+one bucket is reloaded before it serves; a real training run over three NCCL-mode workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import uuid
 
 import httpx
 import pytest
 import torch
-from engine_helpers import assert_learner_logprobs, launch_tiny, server_info, wait_steps
+from engine_helpers import (
+    assert_learner_logprobs,
+    launch_tiny,
+    model_version,
+    server_info,
+    wait_steps,
+)
 from test_manager_support import CounterEnv, perturbed_weights, tiny_tokenizer
+from tiny_run import TINY_RUN
 
 from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import EngineError, EngineRequestError, SamplingParams
@@ -231,3 +243,42 @@ async def test_a_control_post_is_not_resent_after_the_connection_drops():
         await http.aclose()
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.slow
+async def test_training_over_three_nccl_workers_goes_on_when_one_fails_a_load(tmp_path):
+    """`python -m gspo_agents.train` with engine.update_mode=nccl over three workers, one of
+    which fails its first load: the run completes, the console and metrics name the drop, and
+    every worker ends on the same weight version."""
+    args = ["--num-threads", "1", "--max-batch-size", "16"]
+    servers = [launch(model="tiny", extra_args=args) for _ in range(2)]
+    servers.append(launch(model="tiny", extra_args=[*args, "--fail-weight-loads", "1"]))
+    run_dir = tmp_path / "run"
+    urls = ",".join(s.url for s in servers)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gspo_agents.train",
+        f"trainer.run_dir={run_dir}",
+        *TINY_RUN,
+        "trainer.steps=3",
+        "engine=sglang",
+        f"engine.urls=[{urls}]",
+        "engine.update_mode=nccl",
+        f"engine.update_bucket_mb={BUCKET_MB}",
+    ]
+    try:
+        proc = await asyncio.to_thread(
+            subprocess.run, cmd, capture_output=True, text=True, timeout=1800
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        assert [r["rollout/update_dropped_workers"] for r in rows].count(1.0) == 1, rows
+        assert "failed on 1 of 3" in proc.stderr and servers[2].url in proc.stderr
+        infos = [await server_info(s.url) for s in servers]
+        assert stats(infos[2])["failed_loads"] == 1
+        assert len({await model_version(s.url) for s in servers}) == 1
+    finally:
+        for server in servers:
+            server.stop()
