@@ -98,6 +98,8 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
         connect_timeout_s=cfg.engine.connect_timeout_s,
         request_timeout_s=cfg.engine.request_timeout_s,
         pause_mode=cfg.engine.pause_mode,
+        update_mode=cfg.engine.update_mode,
+        update_bucket_mb=cfg.engine.update_bucket_mb,
     )
 
 

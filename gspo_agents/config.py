@@ -54,6 +54,12 @@ class EngineConfig:
     # sglang: how /pause_generation treats in-flight requests during an NCCL weight update
     # (abort: they return and resume under the new weights; in_place / retract: SGLang keeps them)
     pause_mode: str = "abort"
+    # sglang: how new weights reach the workers. disk: every worker loads the HF directory the
+    # learner wrote (a filesystem all of them see). nccl: broadcast over torch.distributed (NCCL
+    # on GPU, gloo on CPU) in buckets of update_bucket_mb, as slime and verl do; the directory is
+    # still written, for checkpoints and for replaying the update to a worker that missed it.
+    update_mode: str = "disk"
+    update_bucket_mb: float = 512.0
 
 
 @dataclass
@@ -190,6 +196,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("model", "name"): ("tiny", "tiny-agent", "tiny-moe", "hf"),
     ("engine", "kind"): ("local", "sglang"),
     ("engine", "pause_mode"): ("abort", "in_place", "retract"),
+    ("engine", "update_mode"): ("disk", "nccl"),
     ("sandbox", "backend"): (
         "auto",
         "docker",
@@ -224,6 +231,7 @@ MUST_BE_POSITIVE: tuple[tuple[str, str], ...] = (
     ("rollout", "max_new_tokens_per_turn"),
     ("rollout", "max_context_tokens"),
     ("sandbox", "max_concurrency"),
+    ("engine", "update_bucket_mb"),
 )
 MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "steps"),
@@ -300,6 +308,11 @@ def check_choices(cfg: Any) -> None:
     if cfg.engine.kind == "sglang" and not cfg.engine.urls:
         raise ConfigError(
             "engine=sglang needs engine.urls=[http://host:port,...] (workers or a router)"
+        )
+    if cfg.engine.kind == "local" and cfg.engine.update_mode != "disk":
+        raise ConfigError(
+            f"engine.update_mode={cfg.engine.update_mode} needs engine=sglang: the local engine "
+            "runs in the trainer's process and takes the weights directly; drop the override"
         )
 
 

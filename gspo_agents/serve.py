@@ -52,6 +52,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="s a /health call waits while generation is paused before 503 (SGLang: 20)",
     )
     p.add_argument(
+        "--fail-weight-loads",
+        type=int,
+        default=0,
+        help="fault injection: the next N weight loads fail (HTTP 400), as a bad checkpoint would",
+    )
+    p.add_argument(
         "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
     )
     p.add_argument("--log-level", default="warning")
@@ -93,6 +99,7 @@ async def serve(args: argparse.Namespace) -> None:
             tokenizer,
             deterministic=args.enable_deterministic_inference,
             health_check_timeout_s=args.health_check_timeout,
+            fail_loads=args.fail_weight_loads,
         ),
         log_level=args.log_level,
         timeout_keep_alive=5,  # SGLang's (uvicorn's) default; clients expire idle ones sooner

@@ -75,21 +75,29 @@ class Trajectory:
     turn_open: bool = False  # the last model segment may still grow (generation was interrupted)
 
     # -- building -----------------------------------------------------------------------------
-    def append_model(self, token_ids: list[int], logprobs: list[float], version: int) -> None:
-        """Append sampled tokens; continues the last model segment if it is still open."""
+    def append_model(
+        self,
+        token_ids: list[int],
+        logprobs: list[float],
+        version: int,
+        versions: list[int] | None = None,
+    ) -> None:
+        """Append sampled tokens; continues the last model segment if it is still open.
+        `versions`: one weight version per token when they differ (else all are `version`)."""
         if not token_ids:
             return
         if len(logprobs) != len(token_ids):
             raise ValueError(f"{len(token_ids)} tokens but {len(logprobs)} log-probs")
+        if versions is not None and len(versions) != len(token_ids):
+            raise ValueError(f"{len(token_ids)} tokens but {len(versions)} versions")
+        per_token = list(versions) if versions is not None else [version] * len(token_ids)
         last = self.segments[-1] if self.segments else None
         if last is not None and last.kind == "model" and self.turn_open:
             last.token_ids.extend(token_ids)
             last.logprobs.extend(logprobs)  # type: ignore[union-attr]
-            last.versions.extend([version] * len(token_ids))  # type: ignore[union-attr]
+            last.versions.extend(per_token)  # type: ignore[union-attr]
         else:
-            self.segments.append(
-                Segment("model", list(token_ids), list(logprobs), [version] * len(token_ids))
-            )
+            self.segments.append(Segment("model", list(token_ids), list(logprobs), per_token))
         self.turn_open = True
 
     def close_turn(self) -> None:

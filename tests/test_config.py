@@ -32,7 +32,7 @@ def flat_keys(node, prefix=""):
 EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
-engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode
+engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode engine.update_mode engine.update_bucket_mb
 sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local sandbox.urls sandbox.docker_hosts
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
@@ -171,3 +171,25 @@ def test_issue_27_options_are_checked_before_any_model_is_built():
         check_choices(compose_run("trainer.ppo_epochs=0"))
     with pytest.raises(ValueError, match="max_version_lag"):
         check_choices(compose_run("rollout.max_version_lag=-1"))
+
+
+def test_engine_update_mode_is_checked_and_reaches_the_sglang_engine():
+    import asyncio
+
+    from gspo_agents.components import build_engine
+
+    with pytest.raises(ValueError, match="disk, nccl.*Did you mean 'nccl'"):
+        check_choices(
+            compose_run("engine=sglang", "engine.urls=[http://a:1]", "engine.update_mode=ncl")
+        )
+    with pytest.raises(ValueError, match="needs engine=sglang"):
+        check_choices(compose_run("engine.update_mode=nccl"))
+    with pytest.raises(ValueError, match="update_bucket_mb"):
+        check_choices(compose_run("engine.update_bucket_mb=0"))
+    sglang = ("engine=sglang", "engine.urls=[http://a:1]")
+    cfg = compose_run(*sglang, "engine.update_mode=nccl", "engine.update_bucket_mb=64")
+    check_choices(cfg)
+    engine = build_engine(cfg, "unused", 0)
+    assert engine._update_mode == "nccl" and engine._bucket_bytes == 64 * 2**20
+    asyncio.run(engine.close())
+    assert compose_run(*sglang).engine.update_mode == "disk"

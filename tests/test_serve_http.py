@@ -167,7 +167,7 @@ async def test_bad_requests_get_400_with_a_message(client, tmp_path):
         ("/generate", gen_body([1, 2], 0), "max_new_tokens"),
         ("/update_weights_from_disk", {"model_path": str(tmp_path / "nope")}, "failed to load"),
         ("/update_weights_from_disk", {"model_path": "x", "weight_version": "v2"}, "integer"),
-        ("/pause_generation", {"mode": "retract"}, "abort"),
+        ("/pause_generation", {"mode": "sideways"}, "in_place"),
         ("/abort_request", {}, "rid"),
     ]
     for path, body, needle in cases:
@@ -182,3 +182,38 @@ async def test_health_info_and_flush(client):
     assert (await client.post("/flush_cache")).status_code == 200
     info = (await client.get("/server_info")).json()
     assert info["context_length"] > 0 and info["tp_size"] == 1
+
+
+async def test_update_sessions_are_enforced_as_in_sglang_0_5_23(client):
+    """weight_updater.py: no tensor update outside a session, one session at a time."""
+    body = {"names": ["model.norm.weight"], "dtypes": ["float32"], "shapes": [[64]]}
+    resp = await client.post("/update_weights_from_distributed", json=body)
+    assert resp.status_code == 400 and "begin_weight_update" in resp.json()["message"]
+    resp = await client.post("/end_weight_update", json={})
+    assert resp.status_code == 400 and "no weight-update session" in resp.json()["message"]
+    assert (await client.post("/begin_weight_update", json={})).status_code == 200
+    try:
+        resp = await client.post("/begin_weight_update", json={})
+        assert resp.status_code == 400 and "already open" in resp.json()["message"]
+    finally:
+        assert (await client.post("/end_weight_update", json={})).status_code == 200
+
+
+async def test_flush_is_refused_while_requests_run_unless_retracted(client, server):
+    """scheduler.flush_cache: only when idle, the waiting queue ignored while paused."""
+    rid = uuid.uuid4().hex
+    body = gen_body([1, 9], 3000, rid=rid, ignore_eos=True)
+    long = asyncio.create_task(client.post("/generate", json=body))
+    try:
+        await wait_steps(server.url, 2, long)
+        assert not long.done()
+        codes = [(await client.post("/flush_cache")).status_code]
+        for mode in ("in_place", "retract"):
+            await client.post("/pause_generation", json={"mode": mode})
+            codes.append((await client.post("/flush_cache")).status_code)
+            await client.post("/continue_generation", json={})
+        assert codes == [400, 400, 200]
+    finally:
+        await client.post("/abort_request", json={"rid": rid})
+        await long
+    assert (await client.post("/flush_cache")).status_code == 200

@@ -30,12 +30,20 @@ from engine_helpers import (
 from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import SamplingParams
 from gspo_agents.rollout.sglang_engine import SGLangEngine
+from gspo_agents.rollout.sglang_wire import ROUTER_HEALTH_ARGS
 from gspo_agents.serve import launch
 
 pytest_plugins = ["engine_fixtures"]
 
 # Seeds take effect on these workers, as on SGLang launched with the flag: no warning expected.
-WORKER_ARGS = ["--num-threads", "1", "--enable-deterministic-inference"]
+# A paused worker's /health answers 503 after 1 s (SGLang: 20 s).
+WORKER_ARGS = [
+    "--num-threads",
+    "1",
+    "--enable-deterministic-inference",
+    "--health-check-timeout",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +78,12 @@ def router(workers):
             str(port),
             "--policy",
             "manual",
+            *ROUTER_HEALTH_ARGS,
+            # Frequent checks, quick to give up: what a long pause would do to the defaults.
+            "--health-check-interval-secs",
+            "1",
+            "--health-failure-threshold",
+            "2",
             "--log-level",
             "warn",
         ],
@@ -163,3 +177,32 @@ async def test_every_turn_of_a_trajectory_reaches_one_worker(router, workers, ca
     assert all(list(by_worker.values()) == [3] for by_worker in seen.values()), seen
     assert {u for by_worker in seen.values() for u in by_worker} == set(urls)  # both used
     assert "deterministic" not in caplog.text  # these workers honour seeds
+
+
+async def test_the_router_keeps_paused_workers_through_a_long_pause(router, workers):
+    """Paused past the workers' /health timeout and the router's failure threshold (issue 23,
+    finding 6): with ROUTER_HEALTH_ARGS the router still counts both workers healthy."""
+    urls = [w.url for w in workers]
+
+    async def probes() -> int:
+        total = 0
+        for u in urls:
+            seen = (await server_info(u))["stats"]["probes"]
+            total += sum(seen.get(p, 0) for p in PROBES)
+        return total
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        for u in urls:
+            await client.post(u + "/pause_generation", json={"mode": "in_place"})
+        try:
+            start = await probes()
+            while await probes() < start + 6 * len(urls):  # three router checks per worker
+                await asyncio.sleep(0.2)
+            workers_seen = (await client.get(router + "/workers")).json()["workers"]
+        finally:
+            for u in urls:
+                await client.post(u + "/continue_generation", json={})
+    assert [bool(w.get("is_healthy")) for w in workers_seen] == [True, True], workers_seen
+
+
+PROBES = ("/health", "/health_generate", "/model_info", "/get_model_info")

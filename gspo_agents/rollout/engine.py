@@ -57,8 +57,17 @@ class Generation:
     token_ids: list[int]
     logprobs: list[float]  # one per token in token_ids
     finish_reason: FinishReason
-    weight_version: int
+    weight_version: int  # the version of the last token
     meta: dict = field(default_factory=dict)  # engine-specific extras (latency, cached tokens)
+    # One version per token when they differ (a request an in_place / retract pause kept across
+    # a weight update); None: every token is at weight_version.
+    token_versions: list[int] | None = None
+
+    def versions(self) -> list[int]:
+        """The weight version of every token."""
+        if self.token_versions is not None:
+            return list(self.token_versions)
+        return [self.weight_version] * len(self.token_ids)
 
 
 @runtime_checkable

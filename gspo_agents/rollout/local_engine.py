@@ -114,6 +114,7 @@ class LocalEngine:
         self._live: dict[str, Request] = {}  # waiting + running, by request id
         self._running = 0
         self._paused = False
+        self._pause_mode: str | None = None  # abort | in_place | retract while paused
         self._closed = False
         self._swap: _Swap | None = None
         self._num_threads = num_threads
@@ -162,18 +163,34 @@ class LocalEngine:
             ids = list(self._live) if request_id is None else [request_id]
         self._abort_ids(ids)
 
-    async def pause(self) -> None:
-        """Abort running requests (they return 'abort' with their tokens) and hold new ones."""
+    async def pause(self, mode: str = "abort") -> None:
+        """SGLang's pause modes. abort: running requests return 'abort' with their tokens, new
+        ones wait. in_place / retract: running requests stay, make no progress, and continue
+        after resume() under the weights loaded meanwhile (their answers then list per-token
+        versions). Here both keep the KV cache; SGLang's retract recomputes it."""
+        if mode not in ("abort", "in_place", "retract"):
+            raise ValueError(f"pause mode {mode!r} is not one of abort, in_place, retract")
         with self._cond:
             self._paused = True
+            self._pause_mode = mode
             running = [r.rid for r in self._live.values() if r not in self._waiting]
-        self._abort_ids(running)
-        await asyncio.to_thread(self._wait_until_idle)
+        if mode == "abort":
+            self._abort_ids(running)
+            await asyncio.to_thread(self._wait_until_idle)
 
     async def resume(self) -> None:
         with self._cond:
             self._paused = False
+            self._pause_mode = None
             self._cond.notify_all()
+
+    def busy(self) -> bool:
+        """Whether SGLang would refuse a cache flush now: requests running, or waiting while not
+        paused (0.5.23 scheduler.flush_cache: is_fully_idle(ignore_waiting=paused)); a
+        `retract` pause has moved the running ones to the waiting queue."""
+        with self._cond:
+            running = 0 if self._pause_mode == "retract" else self._running
+            return running > 0 or (bool(self._waiting) and not self._paused)
 
     async def update_weights(self, path: str, version: int) -> None:
         """Load HF weights from `path`; swap when no request runs; tag later tokens `version`."""
@@ -325,7 +342,9 @@ class LocalEngine:
         batch = Batch()
 
         def has_work() -> bool:
-            return self._closed or len(batch) > 0 or self._ready()
+            if self._closed or self._ready():
+                return True
+            return len(batch) > 0 and (not self._held() or any(r.aborted for r in batch.rows))
 
         while True:
             with self._cond:
@@ -346,12 +365,17 @@ class LocalEngine:
                     self._running = 0
                     self._cond.notify_all()
 
+    def _held(self) -> bool:
+        """Paused with running requests kept (in_place / retract): the batch does not step."""
+        return self._paused and self._pause_mode != "abort"
+
     def _ready(self) -> bool:
         return self._swap is not None or (bool(self._waiting) and not self._paused)
 
     def _admit(self, running: int) -> list[Request]:
         if self._swap is not None:
-            if running == 0:
+            if running == 0 or self._held():
+                self._keep_through_update(self._swap.version)
                 self._model, self._version = self._swap.model, self._swap.version
                 self._cache_kwarg = self._detect_cache_kwarg(self._model)
                 self._fast_forward = self._swap.fast_forward
@@ -368,6 +392,14 @@ class LocalEngine:
         self._running = running + len(admitted)
         return admitted
 
+    def _keep_through_update(self, version: int) -> None:
+        """Live requests continue under `version`; those with tokens record where the old one
+        ended (SGLang 0.5.23 scheduler.record_weight_version_change)."""
+        for request in self._live.values():
+            if request.tokens and request.version != version:
+                request.version_events.append((request.version, len(request.tokens)))
+            request.version = version
+
     def _drain(self, batch: Batch) -> None:
         if self._swap is not None:
             self._swap.done.set()  # update_weights sees the engine closed
@@ -381,7 +413,7 @@ class LocalEngine:
         aborted = [i for i, r in enumerate(batch.rows) if r.aborted]
         if aborted:
             self._retire(batch, aborted, [None] * len(aborted))
-        if len(batch):
+        if len(batch) and not self._held():
             self.stats.max_running = max(self.stats.max_running, len(batch))
             self.stats.forward_steps += 1
             self._decode(batch)

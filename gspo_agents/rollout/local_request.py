@@ -28,7 +28,10 @@ class Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     aborted: bool = False  # set by any thread under the engine lock; read by the worker
-    version: int = 0
+    version: int = 0  # the weight version its next token comes from
+    # (old version, tokens made by then) per weight update it was kept through (in_place /
+    # retract pauses), as SGLang 0.5.23's WeightVersionEvent (srt/utils/weight_versions.py)
+    version_events: list[tuple[int, int]] = field(default_factory=list)
 
     def generation(
         self, reason: FinishReason, matched: int | None, engine_version: int
@@ -38,6 +41,7 @@ class Request:
             logprobs=self.logprobs,
             finish_reason=reason,
             weight_version=self.version if self.tokens else engine_version,
+            token_versions=self.token_versions(),
             meta={
                 "prompt_tokens": len(self.prompt),
                 "completion_tokens": len(self.tokens),
@@ -46,6 +50,15 @@ class Request:
                 "e2e_latency": time.perf_counter() - self.submitted_at,
             },
         )
+
+    def token_versions(self) -> list[int] | None:
+        """One version per token when an update happened while it ran; else None."""
+        if not self.version_events:
+            return None
+        out: list[int] = []
+        for old, made in self.version_events:
+            out += [old] * (made - len(out))  # nothing when no token came between two updates
+        return out + [self.version] * (len(self.tokens) - len(out))
 
 
 def finish_reason(request: Request, matched: int | None) -> FinishReason:

@@ -99,6 +99,7 @@ class RolloutManager:
         self.chat = ChatFormat(tokenizer)
         self._version = int(engine.weight_version)
         self._updates = 0  # successful weight updates, to tell a pause's abort from a stray one
+        self._update_dropped = 0  # workers the last weight update failed on (engines with several)
         self._gate = asyncio.Event()  # set = generations may start; cleared during a weight update
         self._gate.set()
         self._update_lock = asyncio.Lock()
@@ -135,6 +136,9 @@ class RolloutManager:
                 await self.engine.update_weights(path, version)
                 self._version = version
                 self._updates += 1
+                # An engine with several workers goes on without the ones that failed (it logs
+                # them); the count goes into the metrics of the batches collected after.
+                self._update_dropped = len(getattr(self.engine, "last_update_dropped", None) or {})
             finally:
                 try:
                     # Resume even after a failed pause or load: a paused engine would hang every
@@ -214,6 +218,7 @@ class RolloutManager:
         metrics["rollout/staleness_max"] = float(report.max_kept_staleness)
         metrics["rollout/staleness_mean"] = report.mean_kept_staleness
         metrics["rollout/weight_version"] = float(self._version)
+        metrics["rollout/update_dropped_workers"] = float(self._update_dropped)
         metrics.update(trajectory_metrics(report.groups))
         return RolloutResult(report.groups, metrics)
 
@@ -347,7 +352,7 @@ class RolloutManager:
                     gen.weight_version,
                     version_before,
                 )
-            traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version)
+            traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version, gen.token_versions)
             produced += len(gen.token_ids)
             if gen.finish_reason != "abort":
                 finish = gen.finish_reason

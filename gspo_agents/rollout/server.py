@@ -15,16 +15,24 @@ over real HTTP in tests and a CPU-only user has a server. Endpoints:
                                       not change it, as in SGLang), enable_deterministic_inference
   (any)                               X-SMG-Routing-Key: counted per key in server_info stats
   POST /abort_request                 {"rid", "abort_all"}: rid matches by PREFIX, as SGLang does
-  POST /pause_generation              {"mode": "abort"}: in-flight requests return 'abort'
+  POST /pause_generation              {"mode": "abort" | "in_place" | "retract"}: abort makes
+                                      in-flight requests return 'abort'; the others keep them
+                                      and continue them after /continue_generation
   POST /continue_generation
-  POST /update_weights_from_disk      {"model_path", "weight_version", "abort_all_requests", ...}
+  POST /update_weights_from_disk      {"model_path", "weight_version", "flush_cache", ...};
+                                      400 {"success": false} when the load fails
   POST /init_weights_update_group     {master_address, master_port, rank_offset, world_size,
                                       group_name, backend} (backend gloo here; nccl needs GPUs)
-  POST /update_weights_from_distributed {names, dtypes, shapes, group_name, weight_version}
-  POST /flush_cache                   a no-op: the local engine keeps no prefix cache
+  POST /begin_weight_update, /end_weight_update   the update session (server_updates.py)
+  POST /update_weights_from_distributed {names, dtypes, shapes, group_name, weight_version}:
+                                      only inside a session
+  POST /flush_cache                   400 while requests run (the engine keeps no prefix cache)
+Every answer lists meta_info.weight_versions spans, as SGLang 0.5.23 does. The weight-update
+rules of 0.5.23 are in server_updates.py.
 
 Differences from SGLang: weight versions must be integer strings (our Engine protocol counts
-versions); only pause mode "abort" exists; `text` is decoded only when a tokenizer is present;
+versions); `retract` keeps the KV cache (SGLang recomputes it); `text` is decoded only when a
+tokenizer is present;
 seeds are honoured with or without --enable-deterministic-inference (which is only reported).
 """
 
@@ -37,7 +45,6 @@ import time
 import uuid
 from typing import Any
 
-import torch
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -45,24 +52,13 @@ from starlette.routing import Route
 
 from gspo_agents.rollout.engine import EngineError, EngineRequestError, Generation, SamplingParams
 from gspo_agents.rollout.local_engine import LocalEngine
+from gspo_agents.rollout.server_updates import BadRequest, UpdateHandlers, error_response
 
 log = logging.getLogger(__name__)
 
 SERVER_VERSION = "gspo-agents-local/0.1"
 ROUTING_KEY_HEADER = "x-smg-routing-key"
 _MAX_ROUTING_KEYS = 4096  # distinct keys kept in the stats (the oldest are dropped)
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class BadRequest(Exception):
-    """A request the server cannot serve; answered with HTTP 400 and this message."""
-
-
-def _error(message: str, status: int = 400) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "code": status}, "success": False, "message": message},
-        status_code=status,
-    )
 
 
 def parse_sampling(params: dict[str, Any]) -> tuple[SamplingParams, bool]:
@@ -95,15 +91,18 @@ def finish_reason_json(gen: Generation) -> dict[str, Any]:
     return {"type": "abort", "message": "Abort request"}
 
 
-def parse_version(raw: Any, current: int) -> int:
-    if raw is None:
-        return current + 1
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise BadRequest(
-            f"weight_version={raw!r}: this server counts versions, send an integer string"
-        ) from None
+def version_spans(gen: Generation) -> list[dict[str, Any]]:
+    """meta_info.weight_versions as SGLang 0.5.23 reports it for every finished request: one
+    {version, start, end} per run of output tokens made under one weight version (a request a
+    retract / in_place pause kept across an update has several; weight_version is the last).
+    srt/utils/weight_versions.py: compute_weight_version_spans, add_weight_versions_to_meta_info."""
+    spans: list[dict[str, Any]] = []
+    for i, version in enumerate(gen.versions()):
+        if spans and spans[-1]["version"] == str(version):
+            spans[-1]["end"] = i + 1
+        else:
+            spans.append({"version": str(version), "start": i, "end": i + 1})
+    return spans or [{"version": str(gen.weight_version), "start": 0, "end": 0}]
 
 
 class LocalServer:
@@ -116,16 +115,17 @@ class LocalServer:
         *,
         deterministic: bool = False,
         health_check_timeout_s: float = 20.0,
+        fail_loads: int = 0,
     ) -> None:
         self.engine = engine
+        self.updates = UpdateHandlers(engine, fail_loads=fail_loads)
         self.tokenizer = tokenizer
         self.started_at = time.time()
         self.launch_version = engine.weight_version  # what /server_info reports, as SGLang does
         self.deterministic = deterministic
         self.health_check_timeout_s = health_check_timeout_s
-        self.weight_groups: dict[str, Any] = {}  # group_name -> torch ProcessGroup
         self.routing_keys: collections.OrderedDict[str, int] = collections.OrderedDict()
-        self.weight_updates = 0  # successful updates (disk or distributed) since launch
+        self.probes: collections.Counter[str] = collections.Counter()  # GETs of health/model info
 
     # --- generation ------------------------------------------------------------------------
 
@@ -152,7 +152,9 @@ class LocalServer:
         ]
         gens = await _unless_disconnected(request, asyncio.gather(*calls))
         if gens is None:
-            return _error("client disconnected", 499)  # nobody reads this; the work is cancelled
+            return error_response(
+                "client disconnected", 499
+            )  # nobody reads this; the work is cancelled
         out = [
             self._generation_json(g, str(r), want_logprobs) for g, r in zip(gens, rids, strict=True)
         ]
@@ -173,6 +175,7 @@ class LocalServer:
             "completion_tokens": len(gen.token_ids),
             "cached_tokens": 0,
             "weight_version": str(gen.weight_version),
+            "weight_versions": version_spans(gen),
             "e2e_latency": gen.meta.get("e2e_latency"),
         }
         if want_logprobs:
@@ -185,6 +188,7 @@ class LocalServer:
     # --- status ----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> JSONResponse:
+        self.probes[request.url.path] += 1
         """As SGLang 0.5.23: the check generates a token, so while paused it waits for the
         resume, and answers 503 when none comes within the timeout."""
         deadline = time.monotonic() + self.health_check_timeout_s
@@ -200,6 +204,7 @@ class LocalServer:
         return JSONResponse({}, status_code=200 if ok else 503)
 
     async def model_info(self, request: Request) -> JSONResponse:
+        self.probes[request.url.path] += 1
         return JSONResponse(
             {
                 "model_path": self.engine.model_path,
@@ -229,7 +234,8 @@ class LocalServer:
                     "forward_steps": self.engine.stats.forward_steps,
                     "max_running": self.engine.stats.max_running,
                     "routing_keys": dict(self.routing_keys),
-                    "weight_updates": self.weight_updates,
+                    "probes": dict(self.probes),
+                    **self.updates.stats,
                 },
             }
         )
@@ -251,89 +257,14 @@ class LocalServer:
 
     async def pause(self, request: Request) -> JSONResponse:
         mode = (await _json_or_empty(request)).get("mode", "abort")
-        if mode != "abort":
-            raise BadRequest(f"pause mode {mode!r} is not supported here; use mode='abort'")
-        await self.engine.pause()
+        if mode not in ("abort", "in_place", "retract"):
+            raise BadRequest(f"pause mode {mode!r} is not one of abort, in_place, retract")
+        await self.engine.pause(mode)
         return JSONResponse({"success": True})
 
     async def resume(self, request: Request) -> JSONResponse:
         await self.engine.resume()
         return JSONResponse({"success": True})
-
-    async def update_from_disk(self, request: Request) -> JSONResponse:
-        body = await request.json()
-        path = body.get("model_path")
-        if not path:
-            raise BadRequest("update_weights_from_disk needs model_path")
-        version = parse_version(body.get("weight_version"), self.engine.weight_version)
-        if body.get("abort_all_requests"):
-            await self.engine.abort(None)
-        try:
-            await self.engine.update_weights(str(path), version)
-        except (OSError, ValueError, EngineRequestError) as exc:
-            return _error(f"failed to load weights from {path!r}: {exc}")
-        self.weight_updates += 1
-        return JSONResponse(
-            {"success": True, "message": f"loaded {path}", "num_paused_requests": 0}
-        )
-
-    async def flush_cache(self, request: Request) -> JSONResponse:
-        return JSONResponse({"success": True})
-
-    async def init_weights_group(self, request: Request) -> JSONResponse:
-        from gspo_agents.rollout.weight_group import init_weights_group
-
-        body = await request.json()
-        name = str(body.get("group_name", "weight_update_group"))
-        backend = str(body.get("backend", "gloo"))
-        if backend == "nccl" and not torch.cuda.is_available():
-            raise BadRequest("backend nccl needs CUDA; this local server runs on CPU, use gloo")
-        group = await asyncio.to_thread(
-            init_weights_group,
-            master_address=str(body["master_address"]),
-            master_port=int(body["master_port"]),
-            rank=int(body.get("rank_offset", 1)),
-            world_size=int(body["world_size"]),
-            group_name=name,
-            backend=backend,
-        )
-        self.weight_groups[name] = (group, backend)
-        return JSONResponse({"success": True, "message": f"joined {name}"})
-
-    async def update_from_distributed(self, request: Request) -> JSONResponse:
-        body = await request.json()
-        name = str(body.get("group_name", "weight_update_group"))
-        if name not in self.weight_groups:
-            raise BadRequest(f"no weight update group {name!r}: call /init_weights_update_group")
-        group, backend = self.weight_groups[name]
-        names, dtypes, shapes = body["names"], body["dtypes"], body["shapes"]
-        if not len(names) == len(dtypes) == len(shapes):
-            raise BadRequest("names, dtypes and shapes must have the same length")
-        version = parse_version(body.get("weight_version"), self.engine.weight_version)
-        tensors = await asyncio.to_thread(_receive, group, backend, dtypes, shapes)
-        try:
-            await self.engine.update_weights_from_tensors(
-                dict(zip(names, tensors, strict=True)), version
-            )
-        except EngineRequestError as exc:
-            return _error(str(exc))
-        self.weight_updates += 1
-        return JSONResponse({"success": True, "message": f"received {len(names)} tensors"})
-
-
-def _receive(group, backend: str, dtypes: list[str], shapes: list[list[int]]) -> list[torch.Tensor]:
-    """Receive broadcasts from rank 0 in the order of `names` (the protocol's contract)."""
-    device = "cuda" if backend == "nccl" else "cpu"
-    out = []
-    for dtype, shape in zip(dtypes, shapes, strict=True):
-        if dtype not in _DTYPES:
-            raise BadRequest(f"dtype {dtype!r} is not one of {list(_DTYPES)}")
-        tensor = torch.empty(shape, dtype=_DTYPES[dtype], device=device)
-        opts = torch.distributed.BroadcastOptions()
-        opts.rootRank = 0
-        group.broadcast([tensor], opts).wait()
-        out.append(tensor.cpu())
-    return out
 
 
 async def _json_or_empty(request: Request) -> dict[str, Any]:
@@ -373,13 +304,13 @@ def _handle(fn):
         try:
             return await fn(request)
         except BadRequest as exc:
-            return _error(str(exc))
+            return error_response(str(exc))
         except EngineRequestError as exc:
-            return _error(str(exc))
+            return error_response(str(exc))
         except EngineError as exc:
-            return _error(str(exc), 503)
+            return error_response(str(exc), 503)
         except (ValueError, KeyError, TypeError) as exc:  # malformed JSON or fields
-            return _error(f"bad request: {type(exc).__name__}: {exc}")
+            return error_response(f"bad request: {type(exc).__name__}: {exc}")
 
     return endpoint
 
@@ -390,13 +321,16 @@ def build_app(
     *,
     deterministic: bool = False,
     health_check_timeout_s: float = 20.0,
+    fail_loads: int = 0,
 ) -> Starlette:
     server = LocalServer(
         engine,
         tokenizer,
         deterministic=deterministic,
         health_check_timeout_s=health_check_timeout_s,
+        fail_loads=fail_loads,
     )
+    updates = server.updates
     get, post = ["GET"], ["POST"]
     routes = [
         Route("/generate", _handle(server.generate), methods=post),
@@ -410,14 +344,16 @@ def build_app(
         Route("/abort_request", _handle(server.abort_request), methods=post),
         Route("/pause_generation", _handle(server.pause), methods=post),
         Route("/continue_generation", _handle(server.resume), methods=post),
-        Route("/update_weights_from_disk", _handle(server.update_from_disk), methods=post),
-        Route("/init_weights_update_group", _handle(server.init_weights_group), methods=post),
+        Route("/update_weights_from_disk", _handle(updates.update_from_disk), methods=post),
+        Route("/init_weights_update_group", _handle(updates.init_group), methods=post),
+        Route("/begin_weight_update", _handle(updates.begin), methods=post),
+        Route("/end_weight_update", _handle(updates.end), methods=post),
         Route(
             "/update_weights_from_distributed",
-            _handle(server.update_from_distributed),
+            _handle(updates.update_from_distributed),
             methods=post,
         ),
-        Route("/flush_cache", _handle(server.flush_cache), methods=get + post),
+        Route("/flush_cache", _handle(updates.flush_cache), methods=get + post),
     ]
     app = Starlette(routes=routes)
     app.state.server = server

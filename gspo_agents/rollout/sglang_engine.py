@@ -27,9 +27,15 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   does not fan them out. With a router URL the worker list comes from the router (/list_workers)
   or `worker_urls=`.
 - Cancellation: a cancelled generate() aborts its rid server-side (shielded) before re-raising.
+- Weight updates (`update_mode`): "disk" posts /update_weights_from_disk to every worker;
+  "nccl" broadcasts the same HF directory's tensors over a process group, in buckets inside one
+  update session per worker (sglang_update.py). A worker that fails leaves rotation and gets the
+  update replayed later; the engine moves on with the rest (`last_update_dropped` names the
+  ones dropped) and raises only when every worker failed.
 - NCCL updates pause generation first (`pause_mode`, default "abort"), broadcast, then continue:
   unpaused, SGLang would wait for in-flight generations to finish before it receives, while the
-  learner is already broadcasting. A caller that paused already keeps its pause.
+  learner is already broadcasting. A caller that paused already keeps its pause. Requests an
+  in_place / retract pause kept come back with per-token versions (meta_info.weight_versions).
 - Seeds: `sampling_seed` takes effect only on servers launched with
   --enable-deterministic-inference; the first seeded request warns once if a worker's server
   info does not say so.
@@ -42,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,22 +63,26 @@ from gspo_agents.rollout.engine import (
     SamplingParams,
 )
 from gspo_agents.rollout.sglang_http import RETRYABLE, ControlClient, backoff_s
+from gspo_agents.rollout.sglang_update import GroupUpdates
 from gspo_agents.rollout.sglang_wire import (
     PAUSE_MODES,
     ROUTING_KEY_HEADER,
     PauseMode,
     disk_update_body,
-    distributed_update_body,
     error_message,
+    flush_allowed,
     generate_body,
-    init_group_body,
     json_body,
     parse_generation,
     pause_body,
     sampling_json,
 )
 from gspo_agents.rollout.sglang_workers import WorkerPool, rank_workers, route_key_of
-from gspo_agents.rollout.weight_group import broadcast_tensors, destroy_group, init_weights_group
+from gspo_agents.rollout.weight_group import (
+    destroy_group,
+    init_weights_group,
+    read_hf_tensors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +93,7 @@ class _InFlight:
     url: str
 
 
-class SGLangEngine:
+class SGLangEngine(GroupUpdates):
     """Engine over SGLang HTTP workers (see module docstring)."""
 
     def __init__(
@@ -102,6 +112,8 @@ class SGLangEngine:
         keepalive_expiry_s: float = 4.0,
         max_connections: int = 1024,
         pause_mode: PauseMode = "abort",
+        update_mode: str = "disk",
+        update_bucket_mb: float = 512.0,
     ) -> None:
         if not urls:
             raise ValueError("SGLangEngine needs at least one URL (engine.urls=[http://host:port])")
@@ -112,7 +124,15 @@ class SGLangEngine:
                 f"pause_mode={pause_mode!r} is not one of {list(PAUSE_MODES)} (SGLang's "
                 "/pause_generation modes)"
             )
+        if update_mode not in ("disk", "nccl"):
+            raise ValueError(f"update_mode={update_mode!r} is not one of ['disk', 'nccl']")
+        if update_bucket_mb <= 0:
+            raise ValueError(f"update_bucket_mb must be positive, got {update_bucket_mb}")
         self._pause_mode = pause_mode
+        self._update_mode = update_mode
+        self._bucket_bytes = int(update_bucket_mb * 2**20)
+        # Workers a weight update failed on last time ({url: error}); empty when all took it.
+        self.last_update_dropped: dict[str, str] = {}
         self._seed_checked = False
         self._urls = [u.rstrip("/") for u in urls]
         self._given_workers = [u.rstrip("/") for u in worker_urls or ()]
@@ -273,13 +293,16 @@ class SGLangEngine:
         await self._ensure_started()
         await self._pool.broadcast("/continue_generation", {})
         self._pool.paused = False
+        self._pool.pause_mode = None
 
     async def _pause(self, mode: str) -> None:
         self._pool.paused = True  # before the call: a health check meanwhile must not hit /health
+        self._pool.pause_mode = mode
         try:
             await self._pool.broadcast("/pause_generation", pause_body(mode))
         except BaseException:
             self._pool.paused = False
+            self._pool.pause_mode = None
             raise
 
     def _warn_unless_deterministic(self) -> None:
@@ -297,16 +320,38 @@ class SGLangEngine:
             )
 
     async def update_weights(self, path: str, version: int) -> None:
-        """Every worker loads HF safetensors from `path` (a filesystem all workers see)."""
+        """Every worker takes the HF safetensors in `path`: it loads them itself (update_mode
+        "disk"; a filesystem all workers see), or we broadcast them over the weight group
+        ("nccl"; formed at the first update). A worker that fails leaves rotation and gets this
+        update replayed from `path` later; the engine moves to `version` unless every worker
+        failed (then it raises). `last_update_dropped` names the failed workers."""
         await self._ensure_started()
+        if self._update_mode == "nccl":
+            named = await asyncio.to_thread(read_hf_tensors, path)
+            group_name = await self._ensure_group()
+            await self.update_weights_from_distributed(
+                named, version, group_name=group_name, replay_path=path
+            )
+            return
+        body = disk_update_body(path, version, flush_allowed(self._pool.pause_mode))
         async with self._pool.updating():
-            await self._pool.broadcast(
-                "/update_weights_from_disk",
-                disk_update_body(path, version),
-                timeout_s=self._update_s,
-                weight_update=True,
+            failed = await self._pool.broadcast(
+                "/update_weights_from_disk", body, timeout_s=self._update_s, weight_update=True
             )
             self._pool.set_weights(version, replayable=(path, version))
+        self._report_dropped(version, failed)
+
+    def _report_dropped(self, version: int, failed: dict[str, str]) -> None:
+        self.last_update_dropped = dict(failed)
+        if failed:
+            log.warning(
+                "weight update to version %d failed on %d of %d SGLang workers, which are out of "
+                "rotation until it is replayed to them (or the next update reaches them): %s",
+                version,
+                len(failed),
+                len(self._pool.workers),
+                "; ".join(f"{url}: {error}" for url, error in failed.items()),
+            )
 
     async def flush_cache(self, attempts: int = 10) -> None:
         """Flush every worker's prefix cache; SGLang answers 400 while requests run: retry."""
@@ -350,99 +395,6 @@ class SGLangEngine:
                 await self._pool.broadcast("/abort_request", body, timeout_s=connect_s)
         except EngineError as exc:
             log.warning("could not abort %s on %s: %s", wire_rid, url, exc)
-
-    # --- distributed (NCCL) weight update ------------------------------------------------------
-
-    async def init_weights_update_group(
-        self,
-        master_address: str,
-        master_port: int,
-        *,
-        group_name: str = "gspo_weight_sync",
-        backend: str = "nccl",
-        timeout_s: float = 300.0,
-    ) -> None:
-        """Form a process group of this process (rank 0) and every worker's ranks. The HTTP
-        calls and our own group init run concurrently: each blocks until all ranks join."""
-        await self._ensure_started()
-        offsets, world_size = [], 1
-        for worker in self._pool.workers:
-            offsets.append(world_size)
-            world_size += int(worker.info.get("tp_size", 1)) * int(worker.info.get("pp_size", 1))
-        calls = [
-            self._http.control(
-                w.url,
-                "/init_weights_update_group",
-                init_group_body(master_address, master_port, off, world_size, group_name, backend),
-                timeout_s,
-            )
-            for w, off in zip(self._pool.workers, offsets, strict=True)
-        ]
-        own = asyncio.to_thread(
-            init_weights_group,
-            master_address,
-            master_port,
-            0,
-            world_size,
-            group_name,
-            backend,
-            timeout_s,
-        )
-        results = await asyncio.gather(own, *calls, return_exceptions=True)
-        for result in results[1:] + results[:1]:
-            if isinstance(result, BaseException):
-                raise result
-        self._groups[group_name] = results[0]
-
-    async def update_weights_from_distributed(
-        self,
-        named_tensors: Iterable[tuple[str, Any]],
-        version: int,
-        *,
-        group_name: str = "gspo_weight_sync",
-        flush_cache: bool = True,
-    ) -> None:
-        """Pause generation (`pause_mode`, unless the caller paused already), broadcast tensors
-        (HF names, on the group's device) from rank 0 while every worker receives them in the
-        same order, continue; tag later tokens `version`."""
-        if group_name not in self._groups:
-            raise EngineRequestError(
-                f"no weight update group {group_name!r}: call init_weights_update_group first"
-            )
-        items = list(named_tensors)
-        body = distributed_update_body(
-            [n for n, _ in items],
-            [str(t.dtype).removeprefix("torch.") for _, t in items],
-            [list(t.shape) for _, t in items],
-            group_name,
-            version,
-            flush_cache,
-        )
-        group = self._groups[group_name]
-        pause_here = not self._pool.paused
-        if pause_here:
-            await self._pause(self._pause_mode)
-        try:
-            await self._broadcast_update(group, items, body, version)
-        finally:
-            if pause_here:  # shielded: a cancel must not leave every worker paused
-                await asyncio.shield(self.resume())
-
-    async def _broadcast_update(
-        self, group: Any, items: list[tuple[str, Any]], body: dict[str, Any], version: int
-    ) -> None:
-        async with self._pool.updating():
-            calls = [
-                self._http.control(w.url, "/update_weights_from_distributed", body, self._update_s)
-                for w in self._pool.workers
-            ]
-            send = asyncio.to_thread(broadcast_tensors, group, [t for _, t in items])
-            results = await asyncio.gather(send, *calls, return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise result
-            # A worker that restarts later cannot be sent this broadcast again: no replay.
-            self._pool.set_weights(version, replayable=None)
 
 
 __all__ = [

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 # Connect/read/write/protocol errors, including a keep-alive connection the server dropped.
 RETRYABLE = (httpx.TransportError,)
+# Errors that prove the request never left: safe to retry any call.
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
@@ -57,7 +59,12 @@ class ControlClient:
     async def request(
         self, url: str, method: str, path: str, body: dict | None, timeout_s: float
     ) -> httpx.Response:
-        """One control call with bounded retries of connection errors."""
+        """One control call with bounded retries of errors that prove it was never sent.
+
+        A POST is retried only when the connection could not be made: a control POST (pause, an
+        update, a session begin/end, abort) is not idempotent, and one whose connection dropped
+        may have reached the server (SGLang would then see it twice, e.g. a second
+        /begin_weight_update, which 0.5.23 refuses). A GET is retried on any transport error."""
         failures = []
         for attempt in range(self.attempts):
             if attempt:
@@ -69,11 +76,16 @@ class ControlClient:
                     json=body,
                     timeout=httpx.Timeout(timeout_s, connect=self.connect_s),
                 )
+            except NOT_SENT as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
             except httpx.TimeoutException as exc:
-                if not isinstance(exc, httpx.ConnectTimeout):
-                    raise EngineTimeout(f"{url}{path} timed out after {timeout_s} s") from exc
-                failures.append(f"{type(exc).__name__}")
+                raise EngineTimeout(f"{url}{path} timed out after {timeout_s} s") from exc
             except RETRYABLE as exc:
+                if method != "GET":
+                    raise EngineUnavailable(
+                        f"{url}{path}: the connection failed after the request may have been "
+                        f"sent ({type(exc).__name__}: {exc}); not retried (not idempotent)"
+                    ) from exc
                 failures.append(f"{type(exc).__name__}: {exc}")
         raise EngineUnavailable(f"{url}{path} unreachable: " + "; ".join(failures[-2:]))
 

@@ -59,11 +59,13 @@ def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> G
         reason = kind
     else:  # None: some builds omit it on abort
         reason = "length" if len(tokens) >= max_new_tokens else "abort"
+    version = parse_version(meta.get("weight_version"), fallback_version)
     return Generation(
         token_ids=tokens,
         logprobs=logprobs,
         finish_reason=reason,
-        weight_version=parse_version(meta.get("weight_version"), fallback_version),
+        weight_version=version,
+        token_versions=token_versions(meta.get("weight_versions"), len(tokens), fallback_version),
         meta={
             "prompt_tokens": meta.get("prompt_tokens"),
             "cached_tokens": meta.get("cached_tokens", 0),
@@ -74,11 +76,49 @@ def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> G
     )
 
 
+def token_versions(spans: Any, num_tokens: int, fallback_version: int) -> list[int] | None:
+    """Per-token weight versions from `meta_info.weight_versions`, or None when absent (then
+    every token has `weight_version`).
+
+    SGLang 0.5.23 lists [{version, start, end}] output-token ranges, one per weight version a
+    request ran under (`srt/utils/weight_versions.py`: compute_weight_version_spans in the
+    scheduler, add_weight_versions_to_meta_info in the tokenizer manager); a request that a
+    `retract` / `in_place` pause kept across an update has two or more, and `weight_version` is
+    only the last one. Spans that do not tile [0, num_tokens) are a server bug: EngineError."""
+    if not spans:
+        return None
+    out: list[int] = []
+    try:
+        for span in spans:
+            start, end = int(span["start"]), int(span["end"])
+            if start != len(out) or end < start:
+                raise ValueError(f"span {span} does not start at token {len(out)}")
+            out += [parse_version(span["version"], fallback_version)] * (end - start)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EngineError(
+            f"malformed meta_info.weight_versions {str(spans)[:200]}: {exc}"
+        ) from None
+    if len(out) != num_tokens:
+        raise EngineError(
+            f"meta_info.weight_versions covers {len(out)} tokens, the answer has {num_tokens}"
+        )
+    return out
+
+
 # SGLang's /pause_generation modes (io_struct.PauseGenerationReqInput, 0.5.23): "abort" ends
 # in-flight requests (they answer with their tokens so far); "retract" and "in_place" keep them on
 # the server and continue them after /continue_generation (retract recomputes their KV cache).
 PauseMode = Literal["abort", "retract", "in_place"]
 PAUSE_MODES: tuple[str, ...] = get_args(PauseMode)
+
+# Launch sglang_router (0.3.x) with these so its health checks leave paused workers alone. Its
+# default probe, GET /health, makes an SGLang 0.5.23 worker generate one token
+# (http_server.py health_generate; SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, default on), which
+# a paused worker cannot: after HEALTH_CHECK_TIMEOUT (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s) it
+# answers 503, and a weight update longer than the router's failure threshold gets a healthy
+# worker marked down. /model_info answers while paused (it is served by the tokenizer manager,
+# which SGLang kills with the rest of the server when a scheduler dies).
+ROUTER_HEALTH_ARGS: tuple[str, ...] = ("--health-check-endpoint", "/model_info")
 
 # Header sglang_router (0.3.x) reads the sticky-routing key from (its `--policy manual`).
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -125,27 +165,50 @@ def distributed_update_body(
     dtypes: list[str],
     shapes: list[list[int]],
     group_name: str,
-    version: int,
+    version: int | None,
     flush_cache: bool,
 ) -> dict[str, Any]:
+    """One bucket of an NCCL update. `version` None leaves the worker's version as it is (SGLang
+    records a version change only for a non-null weight_version): only the last bucket names it,
+    so a worker that fails half-way still reports the old version."""
     return {
         "names": names,
         "dtypes": dtypes,
         "shapes": shapes,
         "group_name": group_name,
         "flush_cache": flush_cache,
-        "weight_version": str(version),
+        "weight_version": None if version is None else str(version),
     }
 
 
-def disk_update_body(path: str, version: int) -> dict[str, Any]:
+def disk_update_body(path: str, version: int, flush_cache: bool = True) -> dict[str, Any]:
     return {
         "model_path": path,
         "load_format": None,
         "abort_all_requests": False,
         "weight_version": str(version),
-        "flush_cache": True,
+        "flush_cache": flush_cache,
     }
+
+
+def flush_allowed(pause_mode: str | None) -> bool:
+    """Whether an update may ask for `flush_cache: true`. SGLang 0.5.23 flushes only when the
+    scheduler is idle, ignoring the waiting queue while paused (scheduler.py: flush_cache,
+    is_fully_idle(ignore_waiting=self._engine_paused)); otherwise the update call itself answers
+    failure, after the weights changed (scheduler_components/weight_updater.py:
+    flush_cache_after_weight_update). An `in_place` pause keeps requests in the running batch,
+    so the flush would fail; `abort` ends them and `retract` moves them to the waiting queue."""
+    return pause_mode != "in_place"
+
+
+# SGLang 0.5.23 gates tensor updates behind a weight-update session
+# (srt/managers/scheduler_components/weight_updater.py: SchedulerWeightUpdaterManager.
+# update_weights_from_distributed answers success=false without receiving anything unless
+# begin_weight_update opened one; end_weight_update closes it, and a second begin while one is
+# open fails). Endpoints in srt/entrypoints/http_server.py; bodies io_struct.BeginWeightUpdateReqInput
+# (selector, default "all") and EndWeightUpdateReqInput (no fields).
+BEGIN_UPDATE = "/begin_weight_update"
+END_UPDATE = "/end_weight_update"
 
 
 def json_body(resp: httpx.Response) -> Any:

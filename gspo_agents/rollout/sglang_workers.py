@@ -80,6 +80,9 @@ class Worker:
     info: dict[str, Any] = field(default_factory=dict)  # launch arguments (server info)
     in_rotation: bool = True
     retry_at: float = 0.0  # monotonic; while out of rotation, requests skip it until then
+    # It failed an update: its weights may be part new (a bucket or a load that failed after
+    # others succeeded) whatever version it reports, so only a full reload brings it back.
+    needs_replay: bool = False
 
 
 class WorkerPool:
@@ -97,6 +100,7 @@ class WorkerPool:
         self.epoch = 0  # odd while a weight update is under way
         self._sync = asyncio.Lock()  # one replay or update at a time
         self.paused = False  # generation paused by the engine: /health may hang, not a death
+        self.pause_mode: str | None = None  # the /pause_generation mode while paused
         self._paths: dict[str, str] = {}  # "server"/"model" -> the endpoint name servers answer
 
     # --- start-up ------------------------------------------------------------------------------
@@ -242,10 +246,11 @@ class WorkerPool:
             version = self.reported_version(raw)
             # A worker that does not report its version gets the replay whenever there is one.
             behind = version != self.version or (raw is None and self.last_update is not None)
-            if behind and not await self._replay(worker, version):
+            if (behind or worker.needs_replay) and not await self._replay(worker, version):
                 worker.retry_at = time.monotonic() + self._cooldown_s
                 return False
             worker.in_rotation = True
+            worker.needs_replay = False
             log.info("SGLang worker %s is back at weight version %d", worker.url, self.version)
             return True
 
@@ -316,6 +321,15 @@ class WorkerPool:
             finally:
                 self.epoch += 1
 
+    def settle_update(self, failed: dict[str, str]) -> None:
+        """After an update every worker took part in: the failed ones leave rotation, the rest
+        are in sync and (re)join it."""
+        for worker in self.workers:
+            if worker.url in failed:
+                self._take_out(worker, f"weight update failed: {failed[worker.url]}")
+            worker.needs_replay = worker.url in failed
+            worker.in_rotation = not worker.needs_replay
+
     def set_weights(self, version: int, replayable: tuple[str, int] | None) -> None:
         """Record a finished update; `replayable` is its (path, version) for a disk update and
         None for a broadcast one, which a restarted worker cannot be given again."""
@@ -329,29 +343,40 @@ class WorkerPool:
         *,
         timeout_s: float | None = None,
         weight_update: bool = False,
-    ) -> None:
-        """POST to every worker: a router does not fan control calls out. A worker that fails
-        leaves rotation; one that takes a weight update is in sync, so it (re)joins. Raises only
-        if every worker fails, or on a request error (a bad path, a bad body)."""
+    ) -> dict[str, str]:
+        """POST to every worker: a router does not fan control calls out. Returns the workers
+        that failed ({url: error}); each leaves rotation. Raises if every worker fails, or on a
+        request error (a bad path, a bad body) of a call that is not a weight update.
+
+        A weight update is judged per worker: SGLang 0.5.23 answers a failed load with 400
+        {"success": false} (http_server.py: update_weights_from_disk), which on one worker of
+        several is that worker's failure, not the fleet's. A worker that took it is in sync, so
+        it (re)joins rotation."""
         results = await asyncio.gather(
             *(self._http.control(w.url, path, body, timeout_s) for w in self.workers),
             return_exceptions=True,
         )
-        errors = []
+        failed: dict[str, str] = {}
+        request_errors = []
         for worker, result in zip(self.workers, results, strict=True):
-            if isinstance(result, EngineRequestError):
+            if isinstance(result, EngineRequestError) and not weight_update:
                 raise result
             if isinstance(result, BaseException):
                 if not isinstance(result, EngineError):
                     raise result  # a bug, not a worker failure
-                errors.append(f"{worker.url}: {result}")
+                failed[worker.url] = str(result)
+                request_errors.append(isinstance(result, EngineRequestError))
                 self._take_out(worker, f"{path} failed")
+                worker.needs_replay |= weight_update
             elif weight_update:
                 worker.in_rotation = True
-        if errors and len(errors) == len(self.workers):
-            raise EngineUnavailable(f"{path} failed on every worker: " + "; ".join(errors))
-        for error in errors:
-            log.warning("%s failed on a worker (out of rotation): %s", path, error)
+                worker.needs_replay = False
+        if failed and len(failed) == len(self.workers):
+            error = EngineRequestError if all(request_errors) else EngineUnavailable
+            raise error(f"{path} failed on every worker: " + "; ".join(failed.values()))
+        for url, error_text in failed.items():
+            log.warning("%s failed on %s (out of rotation): %s", path, url, error_text)
+        return failed
 
 
 __all__ = ["Worker", "WorkerPool", "rank_workers", "route_key_of"]
