@@ -64,7 +64,7 @@ def prepare_batch(
         "num_truncated": float(sum(s == Status.TRUNCATED for s in statuses)),
     }
     if not finished:
-        metrics["num_trained_seqs"] = 0.0
+        metrics["num_trained_seqs"] = metrics["num_signal_seqs"] = 0.0
         return PreparedBatch(None, [], metrics)
     overlong = [is_overlong(t) for t in finished]
     metrics["overlong_frac"] = sum(overlong) / len(finished)
@@ -98,6 +98,8 @@ def prepare_batch(
         and not (overlong_filter and overlong[i])
     ]
     metrics["num_trained_seqs"] = float(len(keep))
+    # sequences whose advantage is not zero: the ones that move the policy at all
+    metrics["num_signal_seqs"] = float(sum(not bool(zero_spread_B[i]) for i in keep))
     if not keep:
         return PreparedBatch(None, [], metrics)
     trajectories = [finished[i] for i in keep]

@@ -30,7 +30,7 @@ from gspo_agents.components import (
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
 from gspo_agents.env_sizing import apply_env_sizing, check_prompt_fits, explicit_keys
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
-from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled
+from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 from gspo_agents.tracking import RunTracker
 
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
@@ -83,10 +83,14 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 report = ErrorReport.of_step(result.groups)
                 metrics["errors"] = report.total
                 metrics["step_time_s"] = time.monotonic() - started
+                untrained = untrained_reason(result.groups, metrics)
+                metrics["trained_nothing"] = float(untrained is not None)
+                if untrained is not None:
+                    metrics["untrained_reason"] = untrained
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
-                errors.after_step(step, report)
+                errors.after_step(step, report, untrained)
                 if t.save_every_steps and step % t.save_every_steps == 0 and step < t.steps:
                     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
         except StepAbandoned:

@@ -202,11 +202,39 @@ def test_a_custom_env_that_always_raises_stops_the_run_with_its_traceback(tmp_pa
     assert 'broken_env.py", line' in err and "in grade" in err  # the env's own frame
     assert err.count("Traceback (most recent call last)") == 1  # once, not every step
     assert "errors 8" in err  # the console line's errors column (2 tasks x 4 samples)
-    assert "error: stopping at step 2: 2 consecutive steps without a single trainable" in err
+    assert "error: stopping at step 2: 2 consecutive steps trained nothing" in err
+    assert "step 1 trained nothing: no trajectory finished with a reward: 8/8 failed" in err
     assert "trainer.max_failed_steps" in err
     log = (tmp_path / "run" / "train.log").read_text()
     assert "errors 8" in log and "stopping at step 2" in log
     assert log.count("in grade") == 2  # the first failure's traceback on each failed step
+
+
+@pytest.mark.parametrize("constant", ["2.0", "-0.5", "0"])
+def test_a_constant_reward_env_stops_the_run_saying_why(tmp_path, constant):
+    """Every group scores one reward: nothing is learned, every step says so, and the run stops
+    with exit 1 after trainer.max_failed_steps such steps (default 3), on the console and in
+    train.log. Zero-spread groups are filtered (the default), as a user runs it."""
+    proc = run_with_env(
+        tmp_path,
+        broken_env.CONSTANT,
+        f"+env.kwargs.constant={constant}",
+        "trainer.steps=20",
+        "trainer.max_failed_steps=3",
+        "algorithm.filter_zero_spread_groups=true",
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    shown = f"{float(constant):g}"
+    why = f"zero reward spread: in every group all samples scored the same (rewards: {shown})"
+    for step in (1, 2, 3):
+        assert f"step {step} trained nothing: {why}" in proc.stderr
+    assert "error: stopping at step 3: 3 consecutive steps trained nothing" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "stopping at step 3" in log and "step 2 trained nothing" in log
+    rows = metric_rows(tmp_path / "run")
+    assert [r["trained_nothing"] for r in rows] == [1.0, 1.0, 1.0]
+    assert all(r["untrained_reason"].startswith("zero reward spread") for r in rows)
 
 
 def test_initial_messages_returning_a_string_is_named(tmp_path):
