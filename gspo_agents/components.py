@@ -70,11 +70,17 @@ async def check_engine_answers(cfg: DictConfig) -> None:
         )
 
 
-def resolve_start_model(cfg: DictConfig, env) -> str:
+def base_model_dir(cfg: DictConfig) -> str:
+    """The model before any cold start (its tokenizer is the cold-started model's too)."""
     from gspo_agents.models import ModelConfig, resolve_model
+
+    return resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+
+
+def resolve_start_model(cfg: DictConfig, env) -> str:
     from gspo_agents.sft import ensure_cold_start
 
-    model_dir = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+    model_dir = base_model_dir(cfg)
     if cfg.trainer.sft.enabled and cfg.model.name != "hf":
         model_dir = ensure_cold_start(
             model_dir,

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from gspo_agents import rundir
 from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
 from gspo_agents.components import (
+    base_model_dir,
     build_engine,
     build_env_factory,
     build_sandbox,
@@ -28,8 +29,9 @@ from gspo_agents.components import (
     resolve_start_model,
 )
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
-from gspo_agents.env_sizing import apply_env_sizing, check_prompt_fits, explicit_keys
+from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
+from gspo_agents.models import load_tokenizer
 from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 from gspo_agents.tracking import RunTracker
 
@@ -186,36 +188,39 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
     from gspo_agents.learner.parallel import init_process
 
-    cfg = apply_env_sizing(cfg, explicit_keys(overrides or []))
+    import envs
+
+    explicit = explicit_keys(overrides or [])
+    cfg = apply_env_sizing(cfg, explicit)
     check_choices(cfg)
     if cfg.engine.kind == "sglang":
         asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
     process = init_process()  # joins torchrun's process group; a no-op for one process
+    env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
+    if process.rank == 0:  # the rollouts' budgets (rank 0's alone), before any cold start
+        lengths = measure_prompts(cfg, env, tasks, load_tokenizer(base_model_dir(cfg)))
+        cfg = fit_to_prompts(cfg, lengths, explicit)
     owned = (
         rundir.own_run_dir(Path(cfg.trainer.run_dir), cfg.trainer.resume, cfg)
         if process.rank == 0
         else contextlib.nullcontext(False)
     )
     with owned as resume:
-        return _run(cfg, process, resume)
+        return _run(cfg, process, resume, env, tasks)
 
 
-def _run(cfg: DictConfig, process, resume: bool) -> dict:
-    import envs
+def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict:
     from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
-    from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
     t = cfg.trainer
     random.seed(t.seed)
     run_dir = Path(t.run_dir)
-    env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
-    tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
     model_dir = resolve_start_model(cfg, env) if process.rank == 0 else None
     model_dir = broadcast_object(model_dir, process)  # followers wait here while rank 0 cold-starts
     tokenizer = load_tokenizer(model_dir)
-    check_prompt_fits(cfg, env, tasks, tokenizer)
     learner = build_learner(cfg, model_dir)
     if not learner.is_main:
         follow(learner)
