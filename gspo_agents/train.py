@@ -186,9 +186,8 @@ def quiet_libraries() -> None:
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
-    from gspo_agents.learner.parallel import init_process
-
     import envs
+    from gspo_agents.learner.parallel import init_process
 
     explicit = explicit_keys(overrides or [])
     cfg = apply_env_sizing(cfg, explicit)
