@@ -6,6 +6,8 @@ config.
 
 from __future__ import annotations
 
+import sys
+
 from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents.env_sizing import needs_sandbox
@@ -78,11 +80,13 @@ def base_model_dir(cfg: DictConfig) -> str:
 
 
 def resolve_start_model(cfg: DictConfig, env) -> str:
-    from gspo_agents.sft import ensure_cold_start
+    from gspo_agents.sft import NoReferenceResponses, ensure_cold_start
 
     model_dir = base_model_dir(cfg)
-    if cfg.trainer.sft.enabled and cfg.model.name != "hf":
-        model_dir = ensure_cold_start(
+    if not cfg.trainer.sft.enabled or cfg.model.name == "hf":
+        return model_dir
+    try:
+        return ensure_cold_start(
             model_dir,
             env,
             cfg.env.name,
@@ -91,4 +95,13 @@ def resolve_start_model(cfg: DictConfig, env) -> str:
             train_split=cfg.env.train_split,
             seed=cfg.trainer.seed,
         )
-    return model_dir
+    except NoReferenceResponses:  # optional for an env: then RL starts from the base model
+        print(
+            f"note: {type(env).__name__} gives no reference_response, so there is no cold start: "
+            f"RL starts from the base model {model_dir}, which may never earn a reward (the run "
+            "then stops saying so). Give the env a reference_response(task) to cold-start on, "
+            "or start from a fine-tuned model (model=hf model.path=DIR); "
+            "trainer.sft.enabled=false skips the cold start without this note",
+            file=sys.stderr,
+        )
+        return model_dir

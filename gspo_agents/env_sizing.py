@@ -98,8 +98,8 @@ def measure_prompts(cfg: DictConfig, env, tasks: list[dict], tokenizer) -> Promp
         if isinstance(messages, list):  # malformed messages are reported per trajectory
             prompt = max(prompt, len(chat.prompt_ids(messages, tools=tools)))
         answer = getattr(env, "reference_response", lambda _: None)(task)
-        if isinstance(answer, str):
-            reference = max(reference, len(tokenizer.encode(answer, add_special_tokens=False)))
+        for turn in [answer] if isinstance(answer, str) else answer or []:  # one, or its turns
+            reference = max(reference, len(tokenizer.encode(turn, add_special_tokens=False)))
     turns = cfg.rollout.max_turns or getattr(env, "max_turns", 1)
     return PromptLengths(prompt, reference, turns)
 

@@ -48,15 +48,33 @@ def test_recipe_registers_renders_and_plays_an_episode(tmp_path, monkeypatch):
         async def episode():
             messages, _ = await env.areset(options={"task": task})
             assert messages[0]["content"] == "How many m is 3 km?"
-            obs, reward, term, trunc, _ = await env.astep(env.reference_response(task))
+            call, answer = env.reference_response(task)  # the cold start's two turns
+            assert answer == "3000"
+            obs, reward, term, trunc, _ = await env.astep(call)
             assert obs == [{"role": "tool", "content": "3000"}] and not term
             bad = '<tool_call>\n{"name": "convert", "arguments": {"value": 3, "src": "yd", "dst": "m"}}\n</tool_call>'
             obs, *_ = await env.astep(bad)
             assert obs[0]["content"].startswith("Error: units are m, km")
-            obs, reward, term, trunc, info = await env.astep("That is 3000 m.")
+            obs, reward, term, trunc, info = await env.astep(" 3000\n")
             assert (reward, term, info["env_metrics"]["tool_errors"]) == (1.0, True, 1.0)
             await env.aclose()
 
+        async def final(text: str) -> float:  # one answer after a fresh reset
+            await env.areset(options={"task": task})
+            return (await env.astep(text))[1]
+
         asyncio.run(episode())
+        # exact: the number alone; a wrong number that contains the right digits scores 0
+        for wrong in ("30000", "300", "3000 or 30000", "That is 3000 m.", "", "3e3x"):
+            assert asyncio.run(final(wrong)) == 0.0, wrong
+        assert asyncio.run(final("3000.0")) == 1.0
+        cm = env.load_tasks("train")[1]  # 250 cm -> 2.5 m: "12.5" holds "2.5" but is wrong
+        for text, want in (("12.5", 0.0), ("2.5", 1.0)):
+
+            async def one(text=text):
+                await env.areset(options={"task": cm})
+                return (await env.astep(text))[1]
+
+            assert asyncio.run(one()) == want, text
     finally:
         gym.registry.pop("myenv/Units-v0", None)
