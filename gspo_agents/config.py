@@ -135,6 +135,7 @@ class TrainerConfig:
     seed: int = 0
     save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
     resume: bool = True  # a run dir holding a checkpoint is resumed; false: moved aside first
+    resume_with_changes: bool = False  # resume although settings differ (both configs kept)
     max_failed_steps: int = 3  # stop after this many steps in a row that trained nothing
     async_rollouts: bool = False  # overlap generation of step k+1 with the update of step k
     run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"
