@@ -147,6 +147,8 @@ class LoggerConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "gspo-agents"
     console_every_steps: int = 1
+    samples_every_steps: int = 10  # RUN_DIR/samples/stepN.jsonl every N steps (and the last)
+    samples_per_step: int = 4  # trajectories saved per such step (0: no samples at all)
 
 
 @dataclass
@@ -160,6 +162,7 @@ class EvalConfig:
     temperature: float = 1.0
     max_tasks: int | None = 100
     out: str | None = None  # JSON path; default beside the run (see eval.eval_output_path)
+    save_samples: bool = False  # every trajectory as text beside the report (.samples.jsonl)
 
 
 @dataclass
@@ -205,6 +208,8 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "warmup_steps"),
     ("trainer", "max_failed_steps"),
     ("logger", "console_every_steps"),
+    ("logger", "samples_every_steps"),
+    ("logger", "samples_per_step"),
     ("algorithm", "dynamic_sampling_rounds"),
     ("algorithm", "overlong_penalty"),
 )

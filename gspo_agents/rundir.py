@@ -159,6 +159,8 @@ RESUME_FREE = frozenset(
         "trainer.nproc",  # checkpoints reshard to any number of learner processes
         "logger.console_every_steps",
         "logger.wandb_mode",
+        "logger.samples_every_steps",
+        "logger.samples_per_step",
         "engine.urls",
         "engine.connect_timeout_s",
         "engine.request_timeout_s",

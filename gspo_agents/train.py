@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gspo_agents import rundir
+from gspo_agents import rundir, samples
 from gspo_agents.batching import has_signal, prepare_batch, tasks_for_step
 from gspo_agents.components import (
     base_model_dir,
@@ -89,6 +89,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 metrics["trained_nothing"] = float(untrained is not None)
                 if untrained is not None:
                     metrics["untrained_reason"] = untrained
+                save_samples(cfg, run_dir, step + 1, result, manager, force=untrained is not None)
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
@@ -105,6 +106,19 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     if step < t.steps:
         say_stopped(step, t.steps, run_dir / "checkpoint")
     return step
+
+
+def save_samples(cfg, run_dir: Path, step: int, result, manager, force: bool) -> None:
+    """Some trajectories as text when due, and on every step that trained nothing (to see why)."""
+    log = cfg.logger
+    if (
+        force
+        or step == cfg.trainer.steps
+        or (log.samples_every_steps and step % log.samples_every_steps == 0)
+    ):
+        samples.save_step(
+            run_dir, step, result.groups, manager.chat.tokenizer, log.samples_per_step
+        )
 
 
 async def collect_step(manager, tasks, step: int, t, cfg=None):

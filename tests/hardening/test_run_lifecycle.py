@@ -235,6 +235,19 @@ def test_a_constant_reward_env_stops_the_run_saying_why(tmp_path, constant):
     rows = metric_rows(tmp_path / "run")
     assert [r["trained_nothing"] for r in rows] == [1.0, 1.0, 1.0]
     assert all(r["untrained_reason"].startswith("zero reward spread") for r in rows)
+    # every step that trained nothing saved samples to read why
+    assert sorted(p.name for p in (tmp_path / "run" / "samples").iterdir()) == [
+        "step1.jsonl",
+        "step2.jsonl",
+        "step3.jsonl",
+    ]
+    shown = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.samples", str(tmp_path / "run"), "--step", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.count(f"· reward {float(constant)} ·") == 4
 
 
 def test_initial_messages_returning_a_string_is_named(tmp_path):
