@@ -28,6 +28,7 @@ from hd_util import metric_rows, start_train, train, train_cmd, wait_for
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timing,
     pytest.mark.timeout(1800),
 ]  # real trainings; a loaded machine is slow
 HERE = Path(__file__).resolve().parent
