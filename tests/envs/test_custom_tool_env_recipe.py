@@ -78,3 +78,32 @@ def test_recipe_registers_renders_and_plays_an_episode(tmp_path, monkeypatch):
             assert asyncio.run(one()) == want, text
     finally:
         gym.registry.pop("myenv/Units-v0", None)
+
+
+def test_the_cold_start_trains_on_both_turns_of_the_reference(tmp_path, monkeypatch):
+    """A reference given as turns: the env is stepped with the call, and the answer's example is
+    prompted with the conversation so far (the tool's result in it), as a rollout renders it."""
+    from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
+    from gspo_agents.sft import build_examples
+
+    package = tmp_path / "my_envs"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "units.py").write_text(_recipe())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "my_envs" or m.startswith("my_envs.")]:
+        monkeypatch.delitem(sys.modules, name)
+    importlib.import_module("my_envs.units").register()
+    try:
+        env = envs.make("myenv/Units-v0")
+        tokenizer = load_tokenizer(resolve_model(ModelConfig(name="tiny-agent")))
+        tasks = env.load_tasks("train")
+        examples = build_examples(env, tokenizer, tasks, max_examples=len(tasks))
+        assert len(examples) == 2 * len(tasks)
+        (call_prompt, call), (answer_prompt, answer) = examples[:2]
+        assert answer_prompt[: len(call_prompt)] == call_prompt  # the same conversation, longer
+        later = tokenizer.decode(answer_prompt[len(call_prompt) :])
+        assert '"convert"' in later and "<tool_response>\n3000\n</tool_response>" in later
+        assert tokenizer.decode(answer, skip_special_tokens=True) == "3000"
+    finally:
+        gym.registry.pop("myenv/Units-v0", None)
