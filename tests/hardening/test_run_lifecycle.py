@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -300,8 +301,19 @@ def test_eval_writes_its_own_config_and_leaves_the_runs_alone(tmp_path):
     assert f"run_dir: {run_dir}" in config  # the run's resolved config
     cmd = [sys.executable, "-m", "gspo_agents.eval", f"eval.run_dir={run_dir}", "eval.k=2"]
     cmd += ["eval.max_tasks=2", "+env.kwargs.difficulty=1", "rollout.max_new_tokens_per_turn=4"]
+    cmd += ["eval.save_samples=true"]
     ev = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
+    # its completions, every one of the 2 tasks x 2 samples, readable with the samples command
+    saved = (run_dir / "eval-test.samples.jsonl").read_text().splitlines()
+    assert len(saved) == 4 and all(json.loads(x)["turns"][0]["role"] == "model" for x in saved)
+    shown = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.samples", str(run_dir / "eval-test.samples.jsonl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.count("· task ") == 4 and "[model]" in shown
     assert (run_dir / "config.yaml").read_text() == config
     assert "max_new_tokens_per_turn: 4" in (run_dir / "eval-test.config.yaml").read_text()
     assert "eval: 2/2 tasks | eta" in ev.stderr
