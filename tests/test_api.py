@@ -61,7 +61,9 @@ def test_the_readme_python_example_runs_as_written(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "final_step" in proc.stdout
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["api-demo"]
-    rows = [json.loads(x) for x in (tmp_path / "runs/api-demo/metrics.jsonl").read_text().split()]
+    rows = [
+        json.loads(x) for x in (tmp_path / "runs/api-demo/metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["step"] for r in rows] == list(range(1, 11))
     assert all(r["rollout/truncated_by_prompt"] == 0 for r in rows)
     assert sum(r["num_signal_seqs"] for r in rows) > 0  # groups with reward spread moved it
