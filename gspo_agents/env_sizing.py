@@ -57,8 +57,8 @@ def apply_env_sizing(cfg: DictConfig, explicit: set[str]) -> DictConfig:
         inherited = ", ".join(f"{k}={OmegaConf.select(cfg, k)}" for k in SIZING_KEYS)
         print(
             f"note: {cls.__name__} declares no default_sizing; it runs with the env group's "
-            f"({inherited}), with the context and new tokens per turn raised to fit its "
-            f"prompts; override them on the command line or declare {cls.__name__}.default_sizing",
+            f"({inherited}), the context and new tokens per turn raised where its prompts need "
+            f"more; override them on the command line or declare {cls.__name__}.default_sizing",
             file=sys.stderr,
         )
     if not declared:
