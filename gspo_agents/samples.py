@@ -129,11 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", action="store_true", help="show whole rendered prompts")
     args = parser.parse_args(argv)
     path = samples_file(args.path, args.step)
-    print(f"{path}\n")
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            print(show(json.loads(line), args.prompt))
-    sys.stdout.flush()
+    try:
+        print(f"{path}\n")
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                print(show(json.loads(line), args.prompt))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader stopped reading, which is fine
+        sys.stderr.close()
 
 
 if __name__ == "__main__":
