@@ -75,7 +75,8 @@ def assert_trained(proc: subprocess.CompletedProcess, rows: list[dict], steps: i
 def test_the_single_turn_recipe_trains_as_written(user_dir):
     proc, rows = run_recipe(user_dir, "myenv/Echo-v0")
     assert_trained(proc, rows, steps=20)
-    assert "cold start: SFT on myenv/Echo-v0" in proc.stderr
+    assert "cold start: " in proc.stderr  # trained now, or reused from the cache
+    assert "no reference_response" not in proc.stderr
     assert max(r["reward_mean"] for r in rows) > 0.5  # the cold start taught the answer
 
 
