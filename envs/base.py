@@ -84,8 +84,10 @@ class TextEnv(gym.Env):
         """Task rows of a split ("train" / "test"); each row has a unique "id"."""
         raise NotImplementedError(f"{type(self).__name__} does not ship tasks")
 
-    def reference_response(self, task: dict[str, Any]) -> str | None:
-        """A correct assistant answer for cold-start SFT, or None when the task has none."""
+    def reference_response(self, task: dict[str, Any]) -> str | list[str] | None:
+        """A correct assistant answer for cold-start SFT, or None when the task has none. A
+        multi-turn env may give its turns as a list (e.g. a tool call, then the final answer):
+        the cold start steps the env with each and trains on every turn."""
         return None
 
     # -- episode --------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def prepare_batch(
         metrics["reward_mean"] = sum(env_rewards) / len(env_rewards)
     finished = [t for t in trainable if not (overlong_filter and is_overlong(t))]
     if not finished:
-        metrics["num_trained_seqs"] = 0.0
+        metrics["num_trained_seqs"] = metrics["num_signal_seqs"] = 0.0
         return PreparedBatch(None, [], metrics)
     penalty = _penalties(finished, overlong_penalty, overlong_buffer, max_new_tokens_per_turn)
     rewards = [float(t.reward) - p for t, p in zip(finished, penalty)]  # type: ignore[arg-type]
@@ -123,6 +123,8 @@ def prepare_batch(
         metrics["zero_spread_frac"] = adv.zero_spread_frac
     keep = [i for i in range(len(finished)) if not (filter_zero_spread and bool(zero_spread_B[i]))]
     metrics["num_trained_seqs"] = float(len(keep))
+    # sequences whose advantage is not zero: the ones that move the policy at all
+    metrics["num_signal_seqs"] = float(sum(not bool(zero_spread_B[i]) for i in keep))
     if not keep:
         return PreparedBatch(None, [], metrics)
     trajectories = [finished[i] for i in keep]

@@ -120,13 +120,21 @@ async def check_engine_answers(cfg: DictConfig) -> None:
         )
 
 
-def resolve_start_model(cfg: DictConfig, env) -> str:
+def base_model_dir(cfg: DictConfig) -> str:
+    """The model before any cold start (its tokenizer is the cold-started model's too)."""
     from gspo_agents.models import ModelConfig, resolve_model
-    from gspo_agents.sft import ensure_cold_start
 
-    model_dir = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
-    if cfg.trainer.sft.enabled and cfg.model.name != "hf":
-        model_dir = ensure_cold_start(
+    return resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+
+
+def resolve_start_model(cfg: DictConfig, env) -> str:
+    from gspo_agents.sft import NoReferenceResponses, ensure_cold_start
+
+    model_dir = base_model_dir(cfg)
+    if not cfg.trainer.sft.enabled or cfg.model.name == "hf":
+        return model_dir
+    try:
+        return ensure_cold_start(
             model_dir,
             env,
             cfg.env.name,
@@ -135,4 +143,13 @@ def resolve_start_model(cfg: DictConfig, env) -> str:
             train_split=cfg.env.train_split,
             seed=cfg.trainer.seed,
         )
-    return model_dir
+    except NoReferenceResponses:  # optional for an env: then RL starts from the base model
+        print(
+            f"note: {type(env).__name__} gives no reference_response, so there is no cold start: "
+            f"RL starts from the base model {model_dir}, which may never earn a reward (the run "
+            "then stops saying so). Give the env a reference_response(task) to cold-start on, "
+            "or start from a fine-tuned model (model=hf model.path=DIR); "
+            "trainer.sft.enabled=false skips the cold start without this note",
+            file=sys.stderr,
+        )
+        return model_dir

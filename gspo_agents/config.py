@@ -153,7 +153,8 @@ class TrainerConfig:
     seed: int = 0
     save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
     resume: bool = True  # a run dir holding a checkpoint is resumed; false: moved aside first
-    max_failed_steps: int = 3  # stop after this many steps in a row with every trajectory failed
+    resume_with_changes: bool = False  # resume although settings differ (both configs kept)
+    max_failed_steps: int = 3  # stop after this many steps in a row that trained nothing
     async_rollouts: bool = False  # overlap generation of step k+1 with the update of step k
     run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -164,6 +165,8 @@ class LoggerConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "gspo-agents"
     console_every_steps: int = 1
+    samples_every_steps: int = 10  # RUN_DIR/samples/stepN.jsonl every N steps (and the last)
+    samples_per_step: int = 4  # trajectories saved per such step (0: no samples at all)
 
 
 @dataclass
@@ -177,6 +180,7 @@ class EvalConfig:
     temperature: float = 1.0
     max_tasks: int | None = 100
     out: str | None = None  # JSON path; default beside the run (see eval.eval_output_path)
+    save_samples: bool = False  # every trajectory as text beside the report (.samples.jsonl)
 
 
 @dataclass
@@ -239,6 +243,8 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "warmup_steps"),
     ("trainer", "max_failed_steps"),
     ("logger", "console_every_steps"),
+    ("logger", "samples_every_steps"),
+    ("logger", "samples_per_step"),
     ("algorithm", "dynamic_sampling_rounds"),
     ("algorithm", "overlong_penalty"),
     ("algorithm", "overlong_buffer"),

@@ -8,14 +8,18 @@ turn, 300 steps) unless its class declares `default_sizing`, e.g.
         default_sizing = {"rollout.max_new_tokens_per_turn": 64, "trainer.steps": 100}
 
 Declared values apply unless the same key is given explicitly (command line or API overrides);
-an env that declares nothing is told, once, which sizing it inherits. `check_prompt_fits` then
-rejects a context budget that the env's prompts leave no room to generate in.
+an env that declares nothing is told, once, which sizing it inherits. Before any cold start,
+`fit_to_prompts` raises the context and new-token budgets of such an env to fit its own prompts
+and reference answers (`measure_prompts`), and rejects, in one line naming the numbers and the
+override, a context that was set (explicitly, by the class or by a built-in env's group) too
+short for the prompts.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -49,13 +53,12 @@ def apply_env_sizing(cfg: DictConfig, explicit: set[str]) -> DictConfig:
             f"{getattr(cls, '__name__', cfg.env.name)}.default_sizing names keys the config does not have: "
             f"{sorted(unknown)}; use full keys such as 'rollout.max_new_tokens_per_turn'"
         )
-    builtin = cfg.env.name in envs.SHORT_NAMES or cfg.env.name.startswith("gspo/")
-    if not declared and not builtin and cls is not None:
+    if not declared and not _builtin(cfg.env.name) and cls is not None:
         inherited = ", ".join(f"{k}={OmegaConf.select(cfg, k)}" for k in SIZING_KEYS)
         print(
             f"note: {cls.__name__} declares no default_sizing; it runs with the env group's "
-            f"({inherited}); override them on the command line or declare "
-            f"{cls.__name__}.default_sizing",
+            f"({inherited}), the context and new tokens per turn raised where its prompts need "
+            f"more; override them on the command line or declare {cls.__name__}.default_sizing",
             file=sys.stderr,
         )
     if not declared:
@@ -74,20 +77,86 @@ def needs_sandbox(env_name: str) -> bool:
     return bool(getattr(envs.env_class(env_name), "needs_sandbox", False))
 
 
-def check_prompt_fits(cfg: DictConfig, env, tasks: list[dict], tokenizer) -> None:
-    """Reject a context budget that leaves no room to generate after the longest prompt (of the
-    first 256 tasks), instead of training on nothing."""
+@dataclass(frozen=True, slots=True)
+class PromptLengths:
+    prompt: int  # the longest rendered prompt (tools included), in tokens
+    reference: int  # the longest reference response, 0 when the env gives none
+    turns: int  # the most model turns an episode may take
+
+
+def measure_prompts(cfg: DictConfig, env, tasks: list[dict], tokenizer) -> PromptLengths:
+    """Token lengths of the env's prompts and reference answers (of the first 256 tasks), as the
+    rollouts render them."""
     from gspo_agents.rollout.chat import ChatFormat
+    from gspo_agents.rollout.episode import tool_schemas
 
     chat = ChatFormat(tokenizer)
-    longest = 0
+    tools = tool_schemas(env)
+    prompt = reference = 0
     for task in tasks[:256]:
         messages, _ = env.reset(options={"task": task})
         if isinstance(messages, list):  # malformed messages are reported per trajectory
-            longest = max(longest, len(chat.prompt_ids(messages)))
-    if longest and longest >= cfg.rollout.max_context_tokens:
-        raise ValueError(
-            f"rollout.max_context_tokens={cfg.rollout.max_context_tokens} leaves no room to "
-            f"generate: the longest prompt of {cfg.env.name} is {longest} tokens; set "
-            f"rollout.max_context_tokens to at least {longest + cfg.rollout.max_new_tokens_per_turn}"
+            prompt = max(prompt, len(chat.prompt_ids(messages, tools=tools)))
+        answer = getattr(env, "reference_response", lambda _: None)(task)
+        for turn in [answer] if isinstance(answer, str) else answer or []:  # one, or its turns
+            reference = max(reference, len(tokenizer.encode(turn, add_special_tokens=False)))
+    turns = cfg.rollout.max_turns or getattr(env, "max_turns", 1)
+    return PromptLengths(prompt, reference, turns)
+
+
+def fit_to_prompts(cfg: DictConfig, lengths: PromptLengths, explicit: set[str]) -> DictConfig:
+    """A custom env that declares no sizing gets a context (and new tokens per turn) that fit its
+    own prompts and reference answers; a context set explicitly, declared by the env class or by
+    a built-in env's group that leaves no room to generate is rejected, naming the numbers and
+    the override. Runs before the cold start, so a mistake costs seconds."""
+    free = _derivable(cfg, explicit)
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    r = out.rollout
+    key_new, key_ctx = "rollout.max_new_tokens_per_turn", "rollout.max_context_tokens"
+    notes = []
+    if key_new in free and lengths.reference + 8 > r.max_new_tokens_per_turn:
+        notes.append(
+            f"{key_new}={_round_up(lengths.reference + 8, 16)} (was {r.max_new_tokens_per_turn})"
         )
+        r.max_new_tokens_per_turn = _round_up(lengths.reference + 8, 16)
+    # room for every turn, and as much again for the observations between them
+    needed = lengths.prompt + (2 * lengths.turns - 1) * r.max_new_tokens_per_turn
+    if key_ctx in free and needed > r.max_context_tokens:
+        notes.append(f"{key_ctx}={_round_up(needed, 64)} (was {r.max_context_tokens})")
+        r.max_context_tokens = _round_up(needed, 64)
+    if notes:
+        print(
+            f"note: {cfg.env.name}'s prompts are up to {lengths.prompt} tokens, its reference "
+            f"answers up to {lengths.reference}, {lengths.turns} turn(s): using "
+            f"{', '.join(notes)}; set them explicitly (or declare default_sizing) to choose",
+            file=sys.stderr,
+        )
+    if lengths.prompt >= r.max_context_tokens:
+        at_least = lengths.prompt + r.max_new_tokens_per_turn
+        raise ConfigError(
+            f"rollout.max_context_tokens={r.max_context_tokens} leaves no room to generate: the "
+            f"longest prompt of {cfg.env.name} is {lengths.prompt} tokens; set "
+            f"rollout.max_context_tokens={_round_up(at_least, 64)} (at least {at_least})"
+        )
+    OmegaConf.set_struct(out, True)
+    return out
+
+
+def _derivable(cfg: DictConfig, explicit: set[str]) -> set[str]:
+    """The sizing keys a custom env's prompts may set: neither given explicitly nor declared."""
+    import envs
+
+    if _builtin(cfg.env.name):
+        return set()
+    declared = getattr(envs.env_class(cfg.env.name), "default_sizing", None) or {}
+    return {k for k in SIZING_KEYS if k not in explicit and k not in declared}
+
+
+def _builtin(env_name: str) -> bool:
+    import envs
+
+    return env_name in envs.SHORT_NAMES or env_name.startswith("gspo/")
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to

@@ -132,6 +132,8 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
         await engine.close()
         if sandbox is not None:
             await sandbox.aclose()
+    if cfg.eval.save_samples:
+        save_eval_samples(eval_output_path(cfg, model_dir), groups, manager.chat.tokenizer)
     report = EvalReport(cfg.env.name, cfg.eval.split, model_dir, cfg.eval.k)
     report.num_tasks_available = available
     return score_groups(groups, cfg.eval.k, report)
@@ -151,6 +153,16 @@ def eval_output_path(cfg: DictConfig, model_dir: str) -> Path:
     if model.parent.name == "weights" and (model.parent.parent / "metrics.jsonl").exists():
         return model.parent.parent / f"eval-{split}-{model.name}.json"
     return Path(cfg.trainer.run_dir).parent / "eval" / f"{cfg.env.name}-{split}-{model.name}.json"
+
+
+def save_eval_samples(report_path: Path, groups: list, tokenizer) -> None:
+    from gspo_agents import samples
+
+    out = samples.write(
+        report_path.with_suffix(".samples.jsonl"),
+        (samples.record(t, tokenizer) for g in groups for t in g),
+    )
+    print(f"wrote {out} (read it with python -m gspo_agents.samples {out})", file=sys.stderr)
 
 
 async def collect_with_progress(manager, tasks: list[dict], chunk: int = 8) -> list:

@@ -1,13 +1,15 @@
 """`python -m gspo_agents.plot RUN_DIR [RUN_DIR ...] [--out DIR]`: PNG curves from metrics.jsonl.
 
 One figure per metric family (reward, clipped-token fraction, ratio spread; expert volatility and
-tool-call statistics when the run logged them); several run directories are overlaid, labelled by their directory name.
+tool-call statistics only when the run logged them); several run directories are overlaid,
+labelled by their directory name. Titles wrap to fit the figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 from gspo_agents.tracking import read_metrics
@@ -45,8 +47,8 @@ def plot_runs(run_dirs: list[str], out_dir: str, window: int = 5) -> list[str]:
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     written = []
     for name, (keys, title) in PANELS.items():
-        if not any(k in row for rows in runs.values() for row in rows for k in keys):
-            continue
+        if not any(keys[0] in row for rows in runs.values() for row in rows):
+            continue  # a panel is drawn for runs that logged its first key (tool envs: calls)
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for label, rows in runs.items():
             for key in keys:
@@ -56,7 +58,8 @@ def plot_runs(run_dirs: list[str], out_dir: str, window: int = 5) -> list[str]:
                     suffix = f" {key}" if len(keys) > 1 else ""
                     ax.plot(steps, smooth(list(vals), window), label=f"{label}{suffix}")
         ax.set_xlabel("step")
-        ax.set_title(title + (f" (moving mean over {window})" if window > 1 else ""))
+        note = f"\n(moving mean over {window} steps)" if window > 1 else ""
+        ax.set_title("\n".join(textwrap.wrap(title, 48)) + note, fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()

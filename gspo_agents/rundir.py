@@ -7,6 +7,9 @@
   first moves the old run aside (`RUN_DIR.old-<UTC time>`), it never deletes it.
 - `write_config`: the resolved config of this training, written only once the command has been
   accepted and the directory locked, so a rejected command changes nothing in an existing run.
+- `config_changes`: a resume whose settings differ from the run's saved config is refused,
+  naming each difference, unless `trainer.resume_with_changes=true`; then the old config is kept
+  beside the new one (`config.before-<UTC time>.yaml`).
 - `tee_to_log`: everything the console shows (stdout and stderr) also goes to `RUN_DIR/train.log`.
 - `own_run_dir`: all of the above for one training, in that order; the exception that ends the
   training goes into train.log with its traceback.
@@ -145,6 +148,73 @@ def write_config(path: Path, config: Any) -> None:
     os.replace(tmp, path)
 
 
+# Settings a resumed run may change without being told: how long, how often, where to reach.
+RESUME_FREE = frozenset(
+    (
+        "trainer.steps",
+        "trainer.resume",
+        "trainer.resume_with_changes",
+        "trainer.save_every_steps",
+        "trainer.max_failed_steps",
+        "trainer.nproc",  # checkpoints reshard to any number of learner processes
+        "logger.console_every_steps",
+        "logger.wandb_mode",
+        "logger.samples_every_steps",
+        "logger.samples_per_step",
+        "engine.urls",
+        "engine.connect_timeout_s",
+        "engine.request_timeout_s",
+    )
+)
+
+
+def config_changes(saved: Path, config: Any) -> list[str]:
+    """`key: old -> new` for every setting of `config` that differs from the run's saved one
+    (none when there is no saved config), except RESUME_FREE."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    if not saved.is_file():
+        return []
+    old = _flat(yaml.safe_load(saved.read_text(encoding="utf-8")) or {})
+    new = _flat(OmegaConf.to_container(config, resolve=True))
+    keys = sorted((set(old) | set(new)) - RESUME_FREE)
+    missing = "(unset)"
+    return [
+        f"{k}: {old.get(k, missing)} -> {new.get(k, missing)}"
+        for k in keys
+        if old.get(k, missing) != new.get(k, missing)
+    ]
+
+
+def keep_old_config(run_dir: Path) -> Path:
+    """Move config.yaml aside as config.before-<UTC time>.yaml (never overwritten)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    target = run_dir / f"config.before-{stamp}.yaml"
+    n = 1
+    while target.exists():
+        n += 1
+        target = run_dir / f"config.before-{stamp}-{n}.yaml"
+    os.replace(run_dir / CONFIG_FILE, target)
+    return target
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _select(config: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, key, default=False)
+
+
 class _Tee:
     """A text stream that writes to the console stream and to the log file."""
 
@@ -210,8 +280,23 @@ def own_run_dir(run_dir: Path, resume: bool, config: Any) -> Iterator[bool]:
     lock = RunDirLock(run_dir).acquire()
     try:
         plan = plan_start(run_dir, resume)
+        changes = config_changes(run_dir / CONFIG_FILE, config) if plan.resume else []
+        if changes and not _select(config, "trainer.resume_with_changes"):
+            raise RunDirError(
+                f"{run_dir} holds a run trained with other settings: {'; '.join(changes)}. "
+                "Resume it with the same settings, or keep these and record both configs with "
+                "trainer.resume_with_changes=true, or start over with trainer.resume=false, or "
+                "choose another trainer.run_dir"
+            )
         with tee_to_log(run_dir):
             configure_logging()
+            if changes:
+                kept = keep_old_config(run_dir)
+                print(
+                    f"resuming with changed settings ({'; '.join(changes)}); the run's earlier "
+                    f"config is kept as {kept}",
+                    file=sys.stderr,
+                )
             write_config(run_dir / CONFIG_FILE, config)
             print(plan.message, file=sys.stderr, flush=True)
             try:

@@ -30,25 +30,40 @@ SFT_CACHE = "~/.cache/gspo-agents/sft"
 MICRO_BATCH_TOKENS = 4096  # padded tokens per forward: bounds memory and padding waste
 
 
+class NoReferenceResponses(ValueError):
+    """The env gives no reference response for any task: there is nothing to cold-start on."""
+
+
 def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: int):
-    """(prompt ids, response ids) pairs; the response ends with the end-of-turn token."""
+    """(prompt ids, response ids) pairs; the response ends with the end-of-turn token.
+
+    A reference may be one answer or a list of turns (a tool call, then the answer after the
+    tool's result): the env is stepped with each turn, and each turn is an example whose prompt
+    is the conversation so far, as the rollouts render it."""
     from gspo_agents.rollout.chat import ChatFormat
     from gspo_agents.rollout.episode import tool_schemas
 
     chat = ChatFormat(tokenizer)
-    examples = []
+    tools = tool_schemas(env)
+    examples, stepped = [], False
     for task in tasks[:max_examples]:
         response = env.reference_response(task)
         if response is None:
             continue
+        turns = [response] if isinstance(response, str) else list(response)
         messages, _ = env.reset(options={"task": task})
-        prompt = chat.prompt_ids(messages, tools=tool_schemas(env))  # as the rollouts render it
-        # The model's turn ends with the stop token; the rest of the template's end-of-turn marker
-        # belongs to the next observation, exactly as in a rollout.
-        answer = tokenizer.encode(response, add_special_tokens=False) + [chat.stop_token_ids[0]]
-        examples.append((prompt, answer))
+        for k, turn in enumerate(turns):
+            # The model's turn ends with the stop token; the rest of the template's end-of-turn
+            # marker belongs to the next observation, exactly as in a rollout.
+            answer = tokenizer.encode(turn, add_special_tokens=False) + [chat.stop_token_ids[0]]
+            examples.append((chat.prompt_ids(messages, tools=tools), answer))
+            if k + 1 < len(turns):
+                obs, stepped = env.step(turn)[0], True
+                messages = [*messages, {"role": "assistant", "content": turn}, *obs]
+    if stepped:
+        env.close()  # a tool env's own event loop and session, opened by its first step
     if not examples:
-        raise ValueError(
+        raise NoReferenceResponses(
             f"{type(env).__name__} gives no reference responses for cold-start SFT; "
             "disable it with trainer.sft.enabled=false or start from a fine-tuned model.path"
         )

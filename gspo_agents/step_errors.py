@@ -7,9 +7,11 @@ marked `error`, counted and never trained on. This module makes those failures v
 - `ErrorReport.show`: on the console, the traceback of a kind the first time the run sees it,
   then one line per step while it recurs (the console line's `errors` column counts them every
   step); train.log gets the console's lines and, every step, each kind's first traceback;
-- `FailedSteps`: stop the run with a clear message after `limit` consecutive steps in which not
-  one trajectory could be trained on (every one failed), instead of "training" on nothing;
-- `RunErrors`: both, step after step, for the training loop.
+- `untrained_reason`: why a step moved the policy not at all (every trajectory failed, was cut
+  before generating, or every group scored one reward), shown on the console every such step;
+- `FailedSteps`: stop the run with a clear message after `limit` consecutive steps that trained
+  nothing, whatever the cause, instead of "training" on nothing in silence;
+- `RunErrors`: all of it, step after step, for the training loop.
 """
 
 from __future__ import annotations
@@ -81,38 +83,87 @@ def error_kind(traj: Trajectory) -> str:
 
 
 class RunStalled(RuntimeError):
-    """Too many consecutive steps in which every trajectory failed."""
+    """Too many consecutive steps that trained nothing."""
+
+
+def untrained_reason(groups: list[list[Trajectory]], metrics: dict) -> str | None:
+    """Why a step moved the policy not at all (`num_signal_seqs` of `prepare_batch` is 0), in
+    words a user can act on; None when it trained."""
+    if metrics.get("num_signal_seqs", 0) > 0:
+        return None
+    trajs = [t for g in groups for t in g]
+    n = len(trajs)
+    if not n:
+        return "no trajectories were collected"
+    scored = [t for t in trajs if t.trainable]
+    if not scored:
+        return "no trajectory finished with a reward: " + _unscored(trajs)
+    cut = sum(t.status == Status.TRUNCATED for t in scored)
+    cut_note = f"; {cut}/{n} were cut by a length or turn budget" if cut else ""
+    if all(len({t.reward for t in g if t.trainable}) <= 1 for g in groups):
+        values = sorted({float(t.reward) for t in scored})  # type: ignore[arg-type]
+        shown = ", ".join(f"{v:g}" for v in values[:4]) + (", ..." if len(values) > 4 else "")
+        return (
+            f"zero reward spread: in every group all samples scored the same (rewards: {shown})"
+            f"{cut_note}; GSPO learns only from reward differences within a group"
+        )
+    return (
+        "every trajectory with reward spread was cut by a length budget and left out of the "
+        "loss (algorithm.overlong_filter=true)"
+    )
+
+
+def _unscored(trajs: list[Trajectory]) -> str:
+    n = len(trajs)
+    errors = Counter(error_kind(t) for t in trajs if t.status == Status.ERROR)
+    prompt = sum(t.info.get("truncated_by") == "prompt" for t in trajs)
+    parts = []
+    if errors:
+        kinds = ", ".join(f"{k} ×{c}" for k, c in errors.most_common())
+        parts.append(f"{errors.total()}/{n} failed ({kinds})")
+    if prompt:
+        parts.append(
+            f"{prompt}/{n} were truncated before generating a token: the prompt fills "
+            "rollout.max_context_tokens (raise it)"
+        )
+    rest = n - errors.total() - prompt
+    if rest:
+        parts.append(f"{rest}/{n} ended without a reward")
+    return "; ".join(parts)
 
 
 class FailedSteps:
-    """Counts consecutive steps without one trainable trajectory; `limit` 0 never stops."""
+    """Counts consecutive steps that trained nothing, whatever the cause; `limit` 0 never stops."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.consecutive = 0
 
-    def record(self, step: int, report: ErrorReport) -> None:
-        trainable = report.num_trajectories - report.total
-        self.consecutive = 0 if trainable > 0 else self.consecutive + 1
+    def record(self, step: int, reason: str | None) -> None:
+        self.consecutive = 0 if reason is None else self.consecutive + 1
         if self.limit and self.consecutive >= self.limit:
             raise RunStalled(
-                f"stopping at step {step}: {self.consecutive} consecutive steps without a single "
-                f"trainable trajectory (step {step}: {report.summary() or 'no trajectories'}). "
-                "The first error of each kind is shown above with its traceback. Fix the cause "
-                "(your env, the engine, the sandbox), or allow more failed steps with "
-                "trainer.max_failed_steps=N (0: never stop)"
+                f"stopping at step {step}: {self.consecutive} consecutive steps trained nothing "
+                f"(step {step}: {reason}). Fix the cause (your env's rewards or prompts, the "
+                "engine, the sandbox; a failure's traceback is shown above), or allow more such "
+                "steps with trainer.max_failed_steps=N (0: never stop)"
             )
 
 
 class RunErrors:
-    """The training loop's view of failed trajectories: each step's report shown (a kind's
-    traceback the first time the run sees it) and the run stopped by `FailedSteps`."""
+    """The training loop's view of failed steps: each step's failed trajectories shown (a kind's
+    traceback the first time the run sees it), a line saying why a step trained nothing, and the
+    run stopped by `FailedSteps`."""
 
     def __init__(self, max_failed_steps: int, log_only: Callable[[str], None]) -> None:
         self.failed_steps = FailedSteps(max_failed_steps)
         self.seen: set[str] = set()
         self.log_only = log_only
 
-    def after_step(self, step: int, report: ErrorReport) -> None:
+    def after_step(
+        self, step: int, report: ErrorReport, untrained: str | None, out: IO[str] | None = None
+    ) -> None:
         report.show(step, self.seen, log_only=self.log_only)
-        self.failed_steps.record(step, report)
+        if untrained is not None:
+            print(f"step {step} trained nothing: {untrained}", file=out or sys.stderr, flush=True)
+        self.failed_steps.record(step, untrained)

@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gspo_agents import rundir
+from gspo_agents import rundir, samples
 from gspo_agents.batching import (
     has_signal,
     prepare_batch,
@@ -27,6 +27,7 @@ from gspo_agents.batching import (
     tasks_for_step,
 )
 from gspo_agents.components import (
+    base_model_dir,
     build_engine,
     build_env_factory,
     build_sandbox,
@@ -34,9 +35,10 @@ from gspo_agents.components import (
     resolve_start_model,
 )
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
-from gspo_agents.env_sizing import apply_env_sizing, check_prompt_fits, explicit_keys
+from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
-from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled
+from gspo_agents.models import load_tokenizer
+from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 from gspo_agents.tracking import RunTracker
 
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
@@ -96,10 +98,15 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 report = ErrorReport.of_step(result.groups)
                 metrics["errors"] = report.total
                 metrics["step_time_s"] = time.monotonic() - started
+                untrained = untrained_reason(result.groups, metrics)
+                metrics["trained_nothing"] = float(untrained is not None)
+                if untrained is not None:
+                    metrics["untrained_reason"] = untrained
+                save_samples(cfg, run_dir, step + 1, result, manager, force=untrained is not None)
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
-                errors.after_step(step, report)
+                errors.after_step(step, report, untrained)
                 if t.save_every_steps and step % t.save_every_steps == 0 and step < t.steps:
                     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
         except StepAbandoned:
@@ -112,6 +119,19 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     if step < t.steps:
         say_stopped(step, t.steps, run_dir / "checkpoint")
     return step
+
+
+def save_samples(cfg, run_dir: Path, step: int, result, manager, force: bool) -> None:
+    """Some trajectories as text when due, and on every step that trained nothing (to see why)."""
+    log = cfg.logger
+    if (
+        force
+        or step == cfg.trainer.steps
+        or (log.samples_every_steps and step % log.samples_every_steps == 0)
+    ):
+        samples.save_step(
+            run_dir, step, result.groups, manager.chat.tokenizer, log.samples_per_step
+        )
 
 
 async def collect_step(manager, tasks, step: int, t, cfg=None):
@@ -205,38 +225,40 @@ def quiet_libraries() -> None:
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
+    import envs
     from gspo_agents.learner.parallel import init_process
 
-    cfg = apply_env_sizing(cfg, explicit_keys(overrides or []))
+    explicit = explicit_keys(overrides or [])
+    cfg = apply_env_sizing(cfg, explicit)
     check_choices(cfg)
     if cfg.engine.kind == "sglang":
         asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
     process = init_process()  # joins torchrun's process group; a no-op for one process
+    env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
+    if process.rank == 0:  # the rollouts' budgets (rank 0's alone), before any cold start
+        lengths = measure_prompts(cfg, env, tasks, load_tokenizer(base_model_dir(cfg)))
+        cfg = fit_to_prompts(cfg, lengths, explicit)
     owned = (
         rundir.own_run_dir(Path(cfg.trainer.run_dir), cfg.trainer.resume, cfg)
         if process.rank == 0
         else contextlib.nullcontext(False)
     )
     with owned as resume:
-        return _run(cfg, process, resume)
+        return _run(cfg, process, resume, env, tasks)
 
 
-def _run(cfg: DictConfig, process, resume: bool) -> dict:
-    import envs
+def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict:
     from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
-    from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
     t = cfg.trainer
     random.seed(t.seed)
     run_dir = Path(t.run_dir)
-    env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
-    tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
     model_dir = resolve_start_model(cfg, env) if process.rank == 0 else None
     model_dir = broadcast_object(model_dir, process)  # followers wait here while rank 0 cold-starts
     tokenizer = load_tokenizer(model_dir)
-    check_prompt_fits(cfg, env, tasks, tokenizer)
     learner = build_learner(cfg, model_dir)
     if not learner.is_main:
         follow(learner)

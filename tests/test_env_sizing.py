@@ -65,3 +65,40 @@ def test_the_sandbox_follows_the_class_not_the_name():
     assert needs_sandbox("sizing/CodeRunning-v0")
     assert not needs_sandbox("sizing/Sized-v0")
     assert needs_sandbox("codeforces") and not needs_sandbox("arithmetic")
+
+
+def test_a_custom_env_gets_a_context_that_fits_its_prompts(capsys):
+    from gspo_agents.env_sizing import PromptLengths, fit_to_prompts
+
+    cfg = config("env.name=sizing/CodeRunning-v0")
+    fitted = fit_to_prompts(cfg, PromptLengths(prompt=490, reference=76, turns=3), set())
+    # 96 new tokens (76 + 8, rounded up to 16); 490 + 5 x 96 = 970, rounded up to 64
+    assert fitted.rollout.max_new_tokens_per_turn == 96
+    assert fitted.rollout.max_context_tokens == 1024
+    err = capsys.readouterr().err
+    assert (
+        "prompts are up to 490 tokens" in err and "rollout.max_context_tokens=1024 (was 128)" in err
+    )
+
+
+def test_a_context_given_explicitly_is_kept_or_rejected_in_one_line_naming_the_fix():
+    from gspo_agents.env_sizing import PromptLengths, fit_to_prompts
+
+    overrides = ["env.name=sizing/CodeRunning-v0", "rollout.max_context_tokens=256"]
+    cfg = config(*overrides)
+    long = PromptLengths(prompt=300, reference=10, turns=1)
+    with pytest.raises(ConfigError) as err:
+        fit_to_prompts(cfg, long, explicit_keys(overrides))
+    assert str(err.value) == (
+        "rollout.max_context_tokens=256 leaves no room to generate: the longest prompt of "
+        "sizing/CodeRunning-v0 is 300 tokens; set rollout.max_context_tokens=384 (at least 332)"
+    )
+    fits = PromptLengths(prompt=100, reference=10, turns=1)
+    assert fit_to_prompts(cfg, fits, explicit_keys(overrides)).rollout.max_context_tokens == 256
+
+
+def test_a_built_in_env_keeps_its_groups_sizing():
+    from gspo_agents.env_sizing import PromptLengths, fit_to_prompts
+
+    fitted = fit_to_prompts(config(), PromptLengths(prompt=30, reference=40, turns=1), set())
+    assert fitted.rollout.max_new_tokens_per_turn == 16  # configs/env/arithmetic.yaml's choice

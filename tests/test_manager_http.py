@@ -111,13 +111,17 @@ def _stats(info: dict) -> dict:
     return info["stats"]
 
 
+@pytest.mark.timing
 async def test_partial_rollout_over_http_across_a_weight_update(
     server, tokenizer, model_dir, tmp_path
 ):
     new_dir = perturbed_weights(model_dir, tmp_path / "v1")
     engine = SGLangEngine([server.url])
     try:
-        mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=160)
+        # The update must land while the turns still decode: on a loaded machine the server
+        # process can decode for a while before this process is scheduled to send it, so the
+        # turns are long (the update interrupts them after a few steps; the rest is quick).
+        mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=1024)
         collecting = asyncio.create_task(mgr.collect([{"id": "p", "turns": 1}]))
         await _decoding_started(server.url, min_live=2, min_steps=4)  # tokens under version 0
         await mgr.update_weights(new_dir, version=1)

@@ -127,3 +127,57 @@ def test_a_read_only_run_dir_is_named_with_the_fix(tmp_path):
         assert "trainer.run_dir=" in str(info.value)
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _config(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from gspo_agents.config import CONFIG_DIR, register_schemas
+
+    register_schemas()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _finished_run(run_dir: Path, *overrides: str) -> None:
+    """A run dir as a finished training leaves it: its config and a checkpoint."""
+    with rundir.own_run_dir(run_dir, True, _config(*overrides)):
+        pass
+    (run_dir / "checkpoint").mkdir()
+    (run_dir / "checkpoint" / "trainer.pt").write_bytes(b"x")
+
+
+def test_a_resume_with_changed_settings_names_them_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir, "trainer.lr=0.001", "trainer.steps=5")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    changed = _config("trainer.lr=0.002", "+env.kwargs.difficulty=2", "trainer.steps=9")
+    with pytest.raises(rundir.RunDirError) as err:
+        with rundir.own_run_dir(run_dir, True, changed):
+            pytest.fail("a changed resume must not start")
+    message = str(err.value)
+    assert "trainer.lr: 0.001 -> 0.002" in message
+    assert "env.kwargs.difficulty: (unset) -> 2" in message
+    assert "trainer.steps" not in message  # extending a run is not a change of settings
+    assert "trainer.resume_with_changes=true" in message and "trainer.resume=false" in message
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_a_resume_with_the_same_settings_or_more_steps_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir, "trainer.steps=5")
+    with rundir.own_run_dir(run_dir, True, _config("trainer.steps=9")) as resume:
+        assert resume
+    assert not list(run_dir.glob("config.before-*"))
+
+
+def test_an_explicit_override_resumes_and_keeps_both_configs(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    _finished_run(run_dir, "trainer.lr=0.001")
+    changed = _config("trainer.lr=0.002", "trainer.resume_with_changes=true")
+    with rundir.own_run_dir(run_dir, True, changed) as resume:
+        assert resume
+    [old] = run_dir.glob("config.before-*.yaml")
+    assert "lr: 0.001" in old.read_text() and "lr: 0.002" in (run_dir / "config.yaml").read_text()
+    err = capsys.readouterr().err
+    assert "resuming with changed settings (trainer.lr: 0.001 -> 0.002" in err and old.name in err

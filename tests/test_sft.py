@@ -56,3 +56,29 @@ def test_bucketed_gradient_equals_one_padded_batch():
     assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
     for name, param in model.named_parameters():
         torch.testing.assert_close(param.grad, expected[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_env_without_reference_responses_starts_from_the_base_model_with_a_note(capsys):
+    """reference_response is optional: no cold start (and nothing cached), one note naming the
+    choices, and RL starts from the base model."""
+    from hydra import compose, initialize_config_dir
+
+    from envs.base import TextEnv
+    from gspo_agents.components import base_model_dir, resolve_start_model
+    from gspo_agents.config import CONFIG_DIR, register_schemas
+
+    class NoReference(TextEnv):
+        def load_tasks(self, split):
+            return [{"id": "a", "word": "apple"}]
+
+        def initial_messages(self, task):
+            return [{"role": "user", "content": "Say apple."}]
+
+    register_schemas()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=["env.name=test/NoReference-v0"])
+    model_dir = resolve_start_model(cfg, NoReference())
+    assert model_dir == base_model_dir(cfg)
+    err = capsys.readouterr().err
+    assert "note: NoReference gives no reference_response, so there is no cold start" in err
+    assert "trainer.sft.enabled=false" in err and "cold start: SFT on" in err  # it tried

@@ -297,6 +297,10 @@ class RolloutManager:
                 env, self.chat.action_text(turn_ids), stats
             )
             traj.reward = float(reward)
+            # each turn's info, for the saved samples (gspo_agents/samples.py)
+            traj.info.setdefault("turn_infos", []).append(
+                {k: v for k, v in info.items() if k != "env_metrics"}
+            )
             if isinstance(info.get("env_metrics"), dict):  # the env's per-episode counters
                 traj.info["env_metrics"] = info["env_metrics"]
             traj.turn_rewards.append(float(info.get("turn_reward", reward)))

@@ -1,4 +1,5 @@
-"""A custom env whose every step raises (or whose reset returns a string), for the train CLI tests.
+"""Custom envs that fail (every step raises, reset returns a string, steps hang) or teach nothing
+(a constant reward), for the train CLI tests.
 
 Registered with `gymnasium.register` before `gspo_agents.train.main` runs, as the README tells
 users to do with their own envs.
@@ -18,6 +19,7 @@ from envs.arithmetic import ArithmeticEnv
 STEP_RAISES = "broken/StepRaises-v0"
 STRING_MESSAGES = "broken/StringMessages-v0"
 HANGS = "broken/HangsAfter-v0"
+CONSTANT = "broken/ConstantReward-v0"
 HANG_AFTER = "BROKEN_ENV_HANG_AFTER"  # steps graded normally in this process before all hang
 HANG_MARKER = "BROKEN_ENV_HANG_MARKER"  # a file created when the first step hangs
 
@@ -33,6 +35,18 @@ class StepRaisesEnv(ArithmeticEnv):
 class StringMessagesEnv(ArithmeticEnv):
     def initial_messages(self, task: dict[str, Any]):
         return "What is 1 + 1?"  # a string where a list of messages belongs
+
+
+class ConstantRewardEnv(ArithmeticEnv):
+    """Every answer scores `constant`: no group ever has reward spread, so nothing is learned."""
+
+    def __init__(self, difficulty: int = 1, constant: float = 2.0) -> None:
+        super().__init__(difficulty)
+        self.constant = constant
+
+    def step(self, action: str):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, self.constant, terminated, truncated, {**info, "turn_reward": self.constant}
 
 
 class HangsAfterEnv(ArithmeticEnv):
@@ -55,6 +69,7 @@ def register() -> None:
         (STEP_RAISES, StepRaisesEnv),
         (STRING_MESSAGES, StringMessagesEnv),
         (HANGS, HangsAfterEnv),
+        (CONSTANT, ConstantRewardEnv),
     )
     for env_id, cls in envs:
         if env_id not in gym.registry:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from timing import patience
 from tiny_run import TINY_RUN
 
 # The tiny-model, few-task settings (tests/tiny_run.py), without wandb: a step takes ~1 s.
@@ -36,7 +37,7 @@ def train_cmd(run_dir: Path, *overrides: str) -> list[str]:
 def train(run_dir: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run the train CLI to completion; returns the finished process (any exit status)."""
     return subprocess.run(
-        train_cmd(run_dir, *overrides), capture_output=True, text=True, timeout=timeout
+        train_cmd(run_dir, *overrides), capture_output=True, text=True, timeout=patience(timeout)
     )
 
 
@@ -55,14 +56,14 @@ def metric_rows(run_dir: Path) -> list[dict]:
 
 
 def wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)  # scaled by the machine's load
     while time.monotonic() < deadline:
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"process exited ({proc.returncode}) before: {what}")
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for: {what}")
+    raise AssertionError(f"timed out after {patience(timeout_s):.0f}s waiting for: {what}")
 
 
 def need(condition: bool, reason: str) -> None:

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hd_util import train
+from timing import patience
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 def _free_port() -> int:
@@ -94,7 +95,7 @@ def outcomes(tmp_path_factory) -> dict:
         overrides = [o.replace("{port}", port) for o in CASES[case][0]]
         run_dir = root / case
         try:
-            return train(run_dir, "trainer.steps=1", *overrides, timeout=120)
+            return train(run_dir, "trainer.steps=1", *overrides, timeout=int(patience(120)))
         except subprocess.TimeoutExpired:
             return None
 

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from hd_util import metric_rows, start_train, train, train_cmd, wait_for
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timing,
     pytest.mark.timeout(1800),
 ]  # real trainings; a loaded machine is slow
 HERE = Path(__file__).resolve().parent
@@ -202,11 +204,52 @@ def test_a_custom_env_that_always_raises_stops_the_run_with_its_traceback(tmp_pa
     assert 'broken_env.py", line' in err and "in grade" in err  # the env's own frame
     assert err.count("Traceback (most recent call last)") == 1  # once, not every step
     assert "errors 8" in err  # the console line's errors column (2 tasks x 4 samples)
-    assert "error: stopping at step 2: 2 consecutive steps without a single trainable" in err
+    assert "error: stopping at step 2: 2 consecutive steps trained nothing" in err
+    assert "step 1 trained nothing: no trajectory finished with a reward: 8/8 failed" in err
     assert "trainer.max_failed_steps" in err
     log = (tmp_path / "run" / "train.log").read_text()
     assert "errors 8" in log and "stopping at step 2" in log
     assert log.count("in grade") == 2  # the first failure's traceback on each failed step
+
+
+@pytest.mark.parametrize("constant", ["2.0", "-0.5", "0"])
+def test_a_constant_reward_env_stops_the_run_saying_why(tmp_path, constant):
+    """Every group scores one reward: nothing is learned, every step says so, and the run stops
+    with exit 1 after trainer.max_failed_steps such steps (default 3), on the console and in
+    train.log. Zero-spread groups are filtered (the default), as a user runs it."""
+    proc = run_with_env(
+        tmp_path,
+        broken_env.CONSTANT,
+        f"+env.kwargs.constant={constant}",
+        "trainer.steps=20",
+        "trainer.max_failed_steps=3",
+        "algorithm.filter_zero_spread_groups=true",
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    shown = f"{float(constant):g}"
+    why = f"zero reward spread: in every group all samples scored the same (rewards: {shown})"
+    for step in (1, 2, 3):
+        assert f"step {step} trained nothing: {why}" in proc.stderr
+    assert "error: stopping at step 3: 3 consecutive steps trained nothing" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "stopping at step 3" in log and "step 2 trained nothing" in log
+    rows = metric_rows(tmp_path / "run")
+    assert [r["trained_nothing"] for r in rows] == [1.0, 1.0, 1.0]
+    assert all(r["untrained_reason"].startswith("zero reward spread") for r in rows)
+    # every step that trained nothing saved samples to read why
+    assert sorted(p.name for p in (tmp_path / "run" / "samples").iterdir()) == [
+        "step1.jsonl",
+        "step2.jsonl",
+        "step3.jsonl",
+    ]
+    shown = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.samples", str(tmp_path / "run"), "--step", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.count(f"· reward {float(constant)} ·") == 4
 
 
 def test_initial_messages_returning_a_string_is_named(tmp_path):
@@ -258,8 +301,19 @@ def test_eval_writes_its_own_config_and_leaves_the_runs_alone(tmp_path):
     assert f"run_dir: {run_dir}" in config  # the run's resolved config
     cmd = [sys.executable, "-m", "gspo_agents.eval", f"eval.run_dir={run_dir}", "eval.k=2"]
     cmd += ["eval.max_tasks=2", "+env.kwargs.difficulty=1", "rollout.max_new_tokens_per_turn=4"]
+    cmd += ["eval.save_samples=true"]
     ev = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
+    # its completions, every one of the 2 tasks x 2 samples, readable with the samples command
+    saved = (run_dir / "eval-test.samples.jsonl").read_text().splitlines()
+    assert len(saved) == 4 and all(json.loads(x)["turns"][0]["role"] == "model" for x in saved)
+    shown = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.samples", str(run_dir / "eval-test.samples.jsonl")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert shown.count("· task ") == 4 and "[model]" in shown
     assert (run_dir / "config.yaml").read_text() == config
     assert "max_new_tokens_per_turn: 4" in (run_dir / "eval-test.config.yaml").read_text()
     assert "eval: 2/2 tasks | eta" in ev.stderr

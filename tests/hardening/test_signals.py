@@ -17,7 +17,7 @@ from hd_util import metric_rows, start_train, train, wait_for
 
 from gspo_agents.learner.checkpoint import resolve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 LONG = "trainer.steps=200"  # far more than the test lets it run
 

@@ -43,12 +43,32 @@ def test_train_logs_checkpoints_and_resumes(tmp_path):
     assert list((run_dir / "wandb").glob("offline-run-*")), "wandb offline run missing"
     assert (run_dir / "weights" / "step2" / "config.json").exists()
     assert (run_dir / "checkpoint").exists()
+    check_samples(run_dir, step=2)  # the last step's samples, by default
 
     train(run_dir, "trainer.steps=3", "trainer.resume=true")
     resumed = rows(run_dir)
     assert [r["step"] for r in resumed] == [1, 2, 3]  # continued, not restarted
     assert resumed[:2] == first
     assert (run_dir / "weights" / "step3" / "config.json").exists()
+
+
+def check_samples(run_dir: Path, step: int) -> None:
+    """RUN_DIR/samples/step<N>.jsonl holds trajectories as text, and the reader prints them."""
+    saved = [json.loads(x) for x in (run_dir / "samples" / f"step{step}.jsonl").open()]
+    assert len(saved) == 4  # logger.samples_per_step
+    assert len({r["group_id"] for r in saved}) == 2  # one per group first (2 tasks per step)
+    for r in saved:
+        assert r["step"] == step and "<|im_start|>user" in r["prompt"]
+        assert r["turns"][0]["role"] == "model" and isinstance(r["reward"], float)
+        assert r["info"]["turn_infos"][0]["turn_reward"] == r["turn_rewards"][0]
+    shown = subprocess.run(
+        [sys.executable, "-m", "gspo_agents.samples", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"samples/step{step}.jsonl" in shown and shown.count(f"── step {step} · task") == 4
+    assert "[model]" in shown and saved[0]["turns"][0]["text"].rstrip() in shown
 
 
 def test_two_learner_processes_with_async_rollouts_train_through_torchrun(tmp_path):

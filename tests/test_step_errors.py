@@ -1,0 +1,67 @@
+"""Why a step trained nothing, in words, and the stop after `trainer.max_failed_steps` such steps
+(the train CLI's side: tests/hardening/test_run_lifecycle.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gspo_agents.batching import prepare_batch
+from gspo_agents.step_errors import FailedSteps, RunStalled, untrained_reason
+from gspo_agents.trajectory import Status, Trajectory
+
+
+def traj(group: str, reward: float | None, status=Status.COMPLETE, **info) -> Trajectory:
+    t = Trajectory(prompt_ids=[1, 2], group_id=group, status=status, reward=reward, info=info)
+    t.append_model([3, 4], [-0.1, -0.2], version=0)
+    return t
+
+
+def reason(groups, **kw) -> str | None:
+    return untrained_reason(groups, prepare_batch(groups, pad_id=0, **kw).metrics)
+
+
+def test_a_step_with_reward_spread_trained():
+    assert reason([[traj("a", 1.0), traj("a", 0.0)], [traj("b", 0.0), traj("b", 0.0)]]) is None
+
+
+@pytest.mark.parametrize("filter_zero_spread", [True, False])
+def test_zero_spread_is_named_with_the_rewards_whether_filtered_or_not(filter_zero_spread):
+    groups = [[traj("a", 2.0), traj("a", 2.0)], [traj("b", -0.5), traj("b", -0.5)]]
+    why = reason(groups, filter_zero_spread=filter_zero_spread)
+    assert why is not None and why.startswith("zero reward spread")
+    assert "(rewards: -0.5, 2)" in why
+
+
+def test_prompts_that_fill_the_context_are_named_with_the_key_to_raise():
+    cut = [traj("a", None, Status.TRUNCATED, truncated_by="prompt") for _ in range(3)]
+    why = reason([cut])
+    assert why == (
+        "no trajectory finished with a reward: 3/3 were truncated before generating a token: "
+        "the prompt fills rollout.max_context_tokens (raise it)"
+    )
+
+
+def test_errors_and_truncation_are_counted_together():
+    failed = traj("a", None, Status.ERROR, error_kind="env_exception", exception_type="KeyError")
+    cut = traj("a", None, Status.TRUNCATED, truncated_by="prompt")
+    why = reason([[failed, cut]])
+    assert why is not None and "1/2 failed (env_exception:KeyError ×1)" in why
+    assert "1/2 were truncated before generating" in why
+
+
+def test_the_overlong_filter_leaving_nothing_is_named():
+    groups = [[traj("a", 1.0, last_finish="length"), traj("a", 0.0, last_finish="length")]]
+    why = reason(groups, overlong_filter=True)
+    assert why is not None and "algorithm.overlong_filter=true" in why
+
+
+def test_the_run_stops_after_the_limit_of_consecutive_untrained_steps_only():
+    steps = FailedSteps(limit=2)
+    steps.record(1, "zero reward spread")
+    steps.record(2, None)  # a step that trained resets the count
+    steps.record(3, "zero reward spread")
+    with pytest.raises(RunStalled, match="stopping at step 4: 2 consecutive steps trained nothing"):
+        steps.record(4, "zero reward spread")
+    never = FailedSteps(limit=0)
+    for step in range(10):
+        never.record(step, "x")
