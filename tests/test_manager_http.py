@@ -141,17 +141,21 @@ async def _served_requests(url: str) -> int:
         return int(_stats((await client.get(url + "/get_server_info")).json())["requests"])
 
 
-@pytest.mark.parametrize("mode", ["abort", "in_place", "retract"])
+@pytest.mark.parametrize(
+    ("mode", "update_mode"),
+    [("abort", "disk"), ("in_place", "disk"), ("retract", "disk"), ("in_place", "nccl")],
+)
 async def test_training_pause_follows_engine_pause_mode(
-    server, tokenizer, model_dir, tmp_path, mode
+    server, tokenizer, model_dir, tmp_path, mode, update_mode
 ):
     """engine.pause_mode through RolloutManager.update_weights with long generations in flight.
     abort: each is aborted and resumed as a second request. in_place / retract: the server keeps
     it paused through the disk load (no flush asked under in_place: 0.5.23 would fail the
     update), and it answers once with per-token version spans. Versions: k before, k+1 after;
-    max_version_lag masking and the staleness report read them."""
+    max_version_lag masking and the staleness report read them. nccl: the same over a bucketed
+    gloo broadcast inside an update session, the manager's pause kept (no second pause)."""
     new_dir = perturbed_weights(model_dir, tmp_path / "v1")
-    engine = SGLangEngine([server.url], pause_mode=mode)
+    engine = SGLangEngine([server.url], pause_mode=mode, update_mode=update_mode)
     await engine.start()
     k = engine.weight_version  # earlier tests in this module moved the server's version
     try:
