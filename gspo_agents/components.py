@@ -89,7 +89,11 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
         from gspo_agents.rollout.local_engine import LocalEngine
 
         return LocalEngine(
-            model_dir, max_batch_size=cfg.engine.max_batch_size, seed=seed, dtype=cfg.engine.dtype
+            model_dir,
+            max_batch_size=cfg.engine.max_batch_size,
+            seed=seed,
+            dtype=cfg.engine.dtype,
+            pause_mode=cfg.engine.pause_mode,
         )
     from gspo_agents.rollout.sglang_engine import SGLangEngine
 

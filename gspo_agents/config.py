@@ -51,8 +51,10 @@ class EngineConfig:
     dtype: str = "float32"  # local engine: float32 | bfloat16 (a bf16 engine vs an fp32 trainer)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
-    # sglang: how /pause_generation treats in-flight requests during an NCCL weight update
-    # (abort: they return and resume under the new weights; in_place / retract: SGLang keeps them)
+    # how the trainer's pause around every weight update treats in-flight generations (SGLang's
+    # /pause_generation modes; the local engine honours them too). abort: they return and resume
+    # as new requests under the new weights; in_place / retract: the engine keeps them through
+    # the update, and their tokens carry per-token versions (before it k, after it k+1)
     pause_mode: str = "abort"
     # sglang: how new weights reach the workers. disk: every worker loads the HF directory the
     # learner wrote (a filesystem all of them see). nccl: broadcast over torch.distributed (NCCL

@@ -127,8 +127,28 @@ def test_engine_pause_mode_reaches_the_sglang_engine():
     for overrides, mode in (([], "abort"), (["engine.pause_mode=retract"], "retract")):
         cfg = compose_run("engine=sglang", "engine.urls=[http://a:1]", *overrides)
         engine = build_engine(cfg, "unused", 0)
-        assert engine._pause_mode == mode
+        assert engine.pause_mode == mode
         asyncio.run(engine.close())
+
+
+def test_engine_pause_mode_reaches_the_local_engine_and_bad_modes_fail_early():
+    import asyncio
+
+    from test_manager_support import tiny_model_dir
+
+    from gspo_agents.components import build_engine
+    from gspo_agents.rollout.local_engine import LocalEngine
+
+    cfg = compose_run("engine.pause_mode=in_place")
+    engine = build_engine(cfg, tiny_model_dir(), 0)
+    try:
+        assert isinstance(engine, LocalEngine) and engine.pause_mode == "in_place"
+    finally:
+        asyncio.run(engine.close())
+    with pytest.raises(ValueError, match="in_place"):
+        check_choices(compose_run("engine.pause_mode=inplace"))
+    with pytest.raises(ValueError, match=r"pause_mode='pause'.*engine.pause_mode"):
+        LocalEngine(tiny_model_dir(), pause_mode="pause")  # type: ignore[arg-type]
 
 
 def test_remote_sandbox_needs_urls_and_takes_them():

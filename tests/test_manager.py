@@ -199,15 +199,21 @@ async def _wait_for_decoding(engine: LocalEngine, steps: int) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _collect_across_update(engine, tokenizer, weights: str, task: dict, **cfg):
+    """Collect `task` (G=2, 96-token turns) with a weight update to version 1 mid-decode."""
+    mgr = _manager(engine, tokenizer, max_new_tokens_per_turn=96, **cfg)
+    collecting = asyncio.create_task(mgr.collect([task]))
+    await _wait_for_decoding(engine, 6)
+    await mgr.update_weights(weights, version=1)
+    return mgr, await collecting
+
+
 async def test_partial_rollout_resumes_under_new_weights(
     fresh_engine, tokenizer, model_dir, tmp_path
 ):
     new_dir = perturbed_weights(model_dir, tmp_path / "v1")
-    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=96, max_staleness_steps=1)
-    collecting = asyncio.create_task(mgr.collect([{"id": "p", "turns": 1}]))
-    await _wait_for_decoding(fresh_engine, 6)
-    await mgr.update_weights(new_dir, version=1)
-    result = await collecting
+    task = {"id": "p", "turns": 1}
+    mgr, result = await _collect_across_update(fresh_engine, tokenizer, new_dir, task)
     assert mgr.weight_version == 1 and result.metrics["rollout/aborted_generations"] >= 1
     assert result.metrics["rollout/mixed_version_trajectories"] == 2
     for traj in result.trajectories:
@@ -225,14 +231,38 @@ async def test_partial_rollout_resumes_under_new_weights(
         assert max(abs(old_ref[p] - new_ref[p]) for p in resumed) > 1e-2
 
 
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+async def test_kept_pause_modes_carry_one_request_through_the_update(
+    model_dir, tokenizer, tmp_path, mode
+):
+    """engine.pause_mode=in_place / retract in training: the manager's pause keeps the running
+    generations; each finishes as the one request it was, its tokens at 0 then at 1."""
+    engine = LocalEngine(model_dir, max_batch_size=16, seed=1, pause_mode=mode)
+    try:
+        new_dir = perturbed_weights(model_dir, tmp_path / "v1")
+        task = {"id": "k", "turns": 1}
+        _, result = await _collect_across_update(engine, tokenizer, new_dir, task)
+    finally:
+        await engine.close()
+    assert engine.stats.requests == 2  # one per trajectory: none was aborted and sent again
+    assert result.metrics["rollout/aborted_generations"] == 0
+    assert result.metrics["rollout/mixed_version_trajectories"] == 2
+    for traj in result.trajectories:
+        versions = traj.versions
+        assert versions[0] == 0 and versions[-1] == 1 and versions == sorted(versions)
+        old_ref = forward_logprobs(model_dir, traj.token_ids)
+        for pos, _, lp, version in model_positions(traj):
+            if version == 0:  # made before the update: the old weights' numbers
+                assert lp == pytest.approx(old_ref[pos], abs=1e-4), pos
+
+
 async def test_on_policy_bound_restarts_interrupted_trajectories(
     fresh_engine, tokenizer, model_dir
 ):
-    mgr = _manager(fresh_engine, tokenizer, max_new_tokens_per_turn=96, max_staleness_steps=0)
-    collecting = asyncio.create_task(mgr.collect([{"id": "s", "turns": 2}]))
-    await _wait_for_decoding(fresh_engine, 6)
-    await mgr.update_weights(model_dir, version=1)
-    result = await collecting
+    task = {"id": "s", "turns": 2}
+    _, result = await _collect_across_update(
+        fresh_engine, tokenizer, model_dir, task, max_staleness_steps=0
+    )
     assert [len(g) for g in result.groups] == [2]  # restarted, so the group stays whole
     assert result.metrics["rollout/restarted_stale"] >= 1
     assert result.metrics["rollout/dropped_stale"] >= 1

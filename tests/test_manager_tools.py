@@ -79,6 +79,7 @@ class ScriptedEngine:
     def __init__(self, tokenizer, texts: list[str]) -> None:
         self.tok, self.texts, self.calls = tokenizer, texts, 0
         self.weight_version = 0
+        self.pause_mode = "abort"
         self.stop = ChatFormat(tokenizer).stop_token_ids[0]
 
     async def generate(
@@ -90,7 +91,7 @@ class ScriptedEngine:
         return Generation(ids, [-0.5] * len(ids), "stop", 0)
 
     async def abort(self, request_id=None): ...
-    async def pause(self): ...
+    async def pause(self, mode="abort"): ...
     async def resume(self): ...
     async def update_weights(self, path, version): ...
     async def health(self):

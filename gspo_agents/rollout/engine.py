@@ -11,6 +11,18 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 FinishReason = Literal["stop", "length", "abort"]
+PauseMode = Literal["abort", "in_place", "retract"]
+PAUSE_MODES: tuple[PauseMode, ...] = ("abort", "in_place", "retract")
+
+
+def check_pause_mode(mode: str) -> PauseMode:
+    """`mode` if it is one of SGLang's /pause_generation modes, else a ValueError naming them."""
+    if mode not in PAUSE_MODES:
+        raise ValueError(
+            f"pause_mode={mode!r} is not one of {list(PAUSE_MODES)} (SGLang's /pause_generation "
+            "modes; set engine.pause_mode)"
+        )
+    return mode
 
 
 class EngineError(Exception):
@@ -94,8 +106,17 @@ class Engine(Protocol):
         """Abort one request, or every in-flight request when request_id is None."""
         ...
 
-    async def pause(self) -> None:
-        """Abort in-flight generations (they return 'abort') and hold new ones until resume()."""
+    @property
+    def pause_mode(self) -> PauseMode:
+        """How the trainer's pause around a weight update treats in-flight generations
+        (`engine.pause_mode`): the mode the RolloutManager passes to pause()."""
+        ...
+
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        """Hold new generations until resume(). In-flight ones, by SGLang's /pause_generation
+        modes: "abort" ends them (they return 'abort' with their tokens so far); "in_place" and
+        "retract" keep them, and they continue after resume() under the weights loaded
+        meanwhile, answering with per-token versions (Generation.token_versions)."""
         ...
 
     async def resume(self) -> None: ...

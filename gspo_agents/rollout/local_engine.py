@@ -23,7 +23,9 @@ not on which other requests share the batch or in what order.
 
 Weight updates: `update_weights` loads the new checkpoint off the event loop, then the worker
 swaps models when no request is running (admissions stop meanwhile), so every token of one
-Generation comes from one weight version. Pause first (as the trainer does) to make that immediate.
+Generation comes from one weight version. Pause first (as the trainer does) to make that
+immediate: an "abort" pause ends running requests; an "in_place" / "retract" pause keeps them,
+the swap happens under them, and their answers list per-token versions.
 
 Shape legend: B rows in the running batch, L cache length (incl. left padding), V vocabulary.
 """
@@ -46,7 +48,9 @@ from gspo_agents.rollout.engine import (
     EngineRequestError,
     FinishReason,
     Generation,
+    PauseMode,
     SamplingParams,
+    check_pause_mode,
 )
 from gspo_agents.rollout.local_batch import Batch
 from gspo_agents.rollout.local_forward import Qwen3Forward
@@ -92,13 +96,16 @@ class LocalEngine:
         stop_on_eos: bool = True,
         weight_version: int = 0,
         num_threads: int | None = 1,
+        pause_mode: PauseMode = "abort",
     ) -> None:
         """`num_threads`: torch intra-op threads of the worker thread only (None: torch's
         default). 1 by default: small decode batches gain nothing from more, and on a busy
         machine (the learner training alongside) OpenMP oversubscription made a 2-thread
-        worker ~15x slower than a 1-thread one (benchmarked on the tiny model)."""
+        worker ~15x slower than a 1-thread one (benchmarked on the tiny model).
+        `pause_mode`: the mode the RolloutManager pauses with around a weight update (pause())."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self._trainer_pause_mode = check_pause_mode(pause_mode)
         self.model_path = model_path
         self._dtype = dtype
         self._model = load_model(model_path, dtype)
@@ -126,6 +133,10 @@ class LocalEngine:
     @property
     def weight_version(self) -> int:
         return self._version
+
+    @property
+    def pause_mode(self) -> PauseMode:
+        return self._trainer_pause_mode
 
     @property
     def context_length(self) -> int:
@@ -163,13 +174,12 @@ class LocalEngine:
             ids = list(self._live) if request_id is None else [request_id]
         self._abort_ids(ids)
 
-    async def pause(self, mode: str = "abort") -> None:
+    async def pause(self, mode: PauseMode = "abort") -> None:
         """SGLang's pause modes. abort: running requests return 'abort' with their tokens, new
         ones wait. in_place / retract: running requests stay, make no progress, and continue
         after resume() under the weights loaded meanwhile (their answers then list per-token
         versions). Here both keep the KV cache; SGLang's retract recomputes it."""
-        if mode not in ("abort", "in_place", "retract"):
-            raise ValueError(f"pause mode {mode!r} is not one of abort, in_place, retract")
+        check_pause_mode(mode)
         with self._cond:
             self._paused = True
             self._pause_mode = mode

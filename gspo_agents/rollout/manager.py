@@ -5,13 +5,17 @@ What it does
   generate -> env.astep(text) -> append observation ids -> generate ..., with a turn budget and a
   context budget that shrinks `max_new_tokens` as the context fills. At most
   `max_live_trajectories` run at once; each has a whole-trajectory deadline.
-- `update_weights(path, version)`: closes the manager's gate, pauses the engine (in-flight
-  generations come back with finish_reason 'abort' and the tokens made so far), loads the weights,
-  resumes. Interrupted turns continue from prompt + tokens so far under the new weights; every
-  token carries the version that produced it.
+- `update_weights(path, version)`: closes the manager's gate, pauses the engine in its
+  `pause_mode` (`engine.pause_mode`, SGLang's /pause_generation modes), loads the weights,
+  resumes. "abort": in-flight generations come back with finish_reason 'abort' and the tokens
+  made so far, and continue from prompt + tokens so far under the new weights (a new request).
+  "in_place" / "retract": the engine keeps them, paused, through the load; they finish as one
+  request whose answer lists per-token versions. Either way every token carries the version
+  that produced it (before the update k, after it k+1).
 - Staleness: a trajectory whose oldest token is more than `max_staleness_steps` versions old is
   dropped and counted (`rollout/dropped_stale`). If it is still running it restarts from its prompt
-  under the current weights (at most `_MAX_STALE_RESTARTS` times), so its group stays whole.
+  under the current weights (at most `_MAX_STALE_RESTARTS` times), so its group stays whole:
+  checked before every generation and after one that crossed an update.
 - Async mode: `start_prefetch(tasks)` collects the next batch in the background while the learner
   trains; `next_batch()` returns it, filtered for staleness at the moment it is consumed. The
   learner must train off the event loop (`asyncio.to_thread`) for the two to overlap:
@@ -123,7 +127,8 @@ class RolloutManager:
         return self._finish(await self._collect_raw(tasks))
 
     async def update_weights(self, path: str, version: int) -> None:
-        """Pause -> load -> resume. In-flight turns keep their tokens and continue afterwards."""
+        """Pause (engine.pause_mode) -> load -> resume. In-flight turns keep their tokens and
+        continue afterwards."""
         async with self._update_lock:
             if version <= self._version:
                 raise ValueError(
@@ -132,7 +137,9 @@ class RolloutManager:
                 )
             self._gate.clear()
             try:
-                await self.engine.pause()
+                # in_place / retract keep in-flight requests; the engine then asks for no cache
+                # flush that SGLang 0.5.23 would refuse while they run (sglang_wire.flush_allowed).
+                await self.engine.pause(self.engine.pause_mode)
                 await self.engine.update_weights(path, version)
                 self._version = version
                 self._updates += 1
@@ -328,7 +335,8 @@ class RolloutManager:
         Waits on the gate (closed by update_weights, reopened when it finishes) and on
         engine.generate (unblocked by the answer, or by an abort from a pause). An aborted
         generation keeps its tokens and continues, after the update, from prompt + tokens so far
-        with the rest of the turn's budget."""
+        with the rest of the turn's budget; one an in_place / retract pause kept answers once,
+        with per-token versions."""
         first_segment = len(traj.segments)
         produced = 0
         unexplained_aborts = 0
@@ -360,6 +368,12 @@ class RolloutManager:
             produced += len(gen.token_ids)
             if gen.finish_reason != "abort":
                 finish = gen.finish_reason
+                if self._updates != updates_before and is_stale(
+                    oldest_version(traj), self._version, self.cfg.max_staleness_steps
+                ):
+                    # An in_place / retract pause kept it through the update: restart it now,
+                    # as an aborted one would be, rather than finish it only to drop it.
+                    raise Stale
                 break
             stats.aborted_generations += 1
             await self._gate.wait()

@@ -34,7 +34,8 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   ones dropped) and raises only when every worker failed.
 - NCCL updates pause generation first (`pause_mode`, default "abort"), broadcast, then continue:
   unpaused, SGLang would wait for in-flight generations to finish before it receives, while the
-  learner is already broadcasting. A caller that paused already keeps its pause. Requests an
+  learner is already broadcasting. A caller that paused already keeps its pause (the
+  RolloutManager pauses with `pause_mode` around every update, disk or NCCL). Requests an
   in_place / retract pause kept come back with per-token versions (meta_info.weight_versions).
 - Seeds: `sampling_seed` takes effect only on servers launched with
   --enable-deterministic-inference; the first seeded request warns once if a worker's server
@@ -60,14 +61,14 @@ from gspo_agents.rollout.engine import (
     EngineTimeout,
     EngineUnavailable,
     Generation,
+    PauseMode,
     SamplingParams,
+    check_pause_mode,
 )
 from gspo_agents.rollout.sglang_http import RETRYABLE, ControlClient, backoff_s
 from gspo_agents.rollout.sglang_update import GroupUpdates
 from gspo_agents.rollout.sglang_wire import (
-    PAUSE_MODES,
     ROUTING_KEY_HEADER,
-    PauseMode,
     disk_update_body,
     error_message,
     flush_allowed,
@@ -119,11 +120,7 @@ class SGLangEngine(GroupUpdates):
             raise ValueError("SGLangEngine needs at least one URL (engine.urls=[http://host:port])")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if pause_mode not in PAUSE_MODES:
-            raise ValueError(
-                f"pause_mode={pause_mode!r} is not one of {list(PAUSE_MODES)} (SGLang's "
-                "/pause_generation modes)"
-            )
+        check_pause_mode(pause_mode)
         if update_mode not in ("disk", "nccl"):
             raise ValueError(f"update_mode={update_mode!r} is not one of ['disk', 'nccl']")
         if update_bucket_mb <= 0:
@@ -171,6 +168,10 @@ class SGLangEngine(GroupUpdates):
     @property
     def weight_version(self) -> int:
         return self._pool.version
+
+    @property
+    def pause_mode(self) -> PauseMode:
+        return self._pause_mode
 
     @property
     def worker_urls(self) -> list[str]:
@@ -284,10 +285,12 @@ class SGLangEngine(GroupUpdates):
         else:  # the router chose the worker; the rid is unique, so asking all is safe
             await self._pool.broadcast("/abort_request", {"rid": flight.wire_rid})
 
-    async def pause(self) -> None:
-        """Mode "abort" (the Engine contract: in-flight requests return their tokens so far)."""
+    async def pause(self, mode: PauseMode = "abort") -> None:
+        """POST /pause_generation `mode` to every worker (the RolloutManager passes
+        `pause_mode`). Weight updates while paused ask for a cache flush only where 0.5.23
+        allows one (sglang_wire.flush_allowed: not under in_place)."""
         await self._ensure_started()
-        await self._pause("abort")
+        await self._pause(check_pause_mode(mode))
 
     async def resume(self) -> None:
         await self._ensure_started()

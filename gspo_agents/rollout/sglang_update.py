@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from gspo_agents.rollout.engine import EngineError, EngineRequestError
+from gspo_agents.rollout.engine import EngineError, EngineRequestError, PauseMode
 from gspo_agents.rollout.sglang_http import ControlClient
 from gspo_agents.rollout.sglang_wire import (
     BEGIN_UPDATE,
@@ -198,7 +198,7 @@ class GroupUpdates:
     _groups: dict[str, Any]
     _bucket_bytes: int
     _update_s: float
-    _pause_mode: str
+    _pause_mode: PauseMode
     _groups_formed: int = 0
 
     async def _ensure_started(self) -> None: ...

@@ -6,7 +6,7 @@ Pure functions over JSON; tolerant of the response-shape drift within SGLang 0.5
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any
 
 import httpx
 
@@ -16,6 +16,7 @@ from gspo_agents.rollout.engine import (
     FinishReason,
     Generation,
     SamplingParams,
+    check_pause_mode,
 )
 
 
@@ -105,11 +106,10 @@ def token_versions(spans: Any, num_tokens: int, fallback_version: int) -> list[i
     return out
 
 
-# SGLang's /pause_generation modes (io_struct.PauseGenerationReqInput, 0.5.23): "abort" ends
-# in-flight requests (they answer with their tokens so far); "retract" and "in_place" keep them on
-# the server and continue them after /continue_generation (retract recomputes their KV cache).
-PauseMode = Literal["abort", "retract", "in_place"]
-PAUSE_MODES: tuple[str, ...] = get_args(PauseMode)
+# SGLang's /pause_generation modes (io_struct.PauseGenerationReqInput, 0.5.23; PauseMode in
+# engine.py): "abort" ends in-flight requests (they answer with their tokens so far); "retract"
+# and "in_place" keep them on the server and continue them after /continue_generation (retract
+# recomputes their KV cache).
 
 # Launch sglang_router (0.3.x) with these so its health checks leave paused workers alone. Its
 # default probe, GET /health, makes an SGLang 0.5.23 worker generate one token
@@ -137,9 +137,7 @@ def generate_body(input_ids: list[int], sampling: SamplingParams, rid: str) -> d
 
 
 def pause_body(mode: str) -> dict[str, Any]:
-    if mode not in PAUSE_MODES:
-        raise ValueError(f"pause mode {mode!r} is not one of {list(PAUSE_MODES)}")
-    return {"mode": mode}
+    return {"mode": check_pause_mode(mode)}
 
 
 def init_group_body(

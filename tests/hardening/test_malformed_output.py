@@ -133,6 +133,7 @@ class ScriptedEngine:
         self._turns = turns
         self._next = 0
         self.weight_version = 0
+        self.pause_mode = "abort"
 
     async def generate(
         self, input_ids, sampling: SamplingParams, request_id: str, *, route_key=None
@@ -150,7 +151,7 @@ class ScriptedEngine:
     async def abort(self, request_id=None) -> None:
         return None
 
-    async def pause(self) -> None:
+    async def pause(self, mode: str = "abort") -> None:
         return None
 
     async def resume(self) -> None:
