@@ -18,6 +18,7 @@ sampled by the model.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from dataclasses import dataclass, field
@@ -186,7 +187,8 @@ class FlatBatch:
         if self.engine_routes is not None:
             index = torch.arange(self.num_sequences)[rows].reshape(-1).tolist()
             routes = [self.engine_routes[i] for i in index]
-        return FlatBatch(*[p[:, :length] for p in parts], engine_routes=routes)
+        trimmed = FlatBatch(*[p[:, :length] for p in parts])
+        return trimmed if routes is None else dataclasses.replace(trimmed, engine_routes=routes)
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (

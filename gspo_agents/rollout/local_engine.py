@@ -51,7 +51,6 @@ from gspo_agents.rollout.engine import (
 )
 from gspo_agents.rollout.local_batch import Batch
 from gspo_agents.rollout.local_forward import Qwen3Forward
-from gspo_agents.rollout.local_routes import EngineRoutes
 from gspo_agents.rollout.local_request import (
     Request,
     fail,
@@ -60,6 +59,7 @@ from gspo_agents.rollout.local_request import (
     resolve,
     resolve_all,
 )
+from gspo_agents.rollout.local_routes import EngineRoutes
 from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed, sample_rows
 
 
