@@ -288,6 +288,11 @@ def check_choices(cfg: Any) -> None:
     except ValueError as exc:
         raise ConfigError(f"algorithm: {exc}") from None
     _check_new_options(cfg)
+    if a.routing_replay_source == "engine" and not a.routing_replay:
+        raise ConfigError(
+            "algorithm.routing_replay_source=engine chooses whose routes routing replay uses; "
+            "it does nothing without algorithm.routing_replay=true (set both)"
+        )
     if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
         raise ConfigError(
             "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "

@@ -89,3 +89,20 @@ def test_asking_an_engine_built_without_the_option_is_a_request_error(moe_dir):
     with pytest.raises(EngineRequestError, match="without return_routed_experts"):
         _generate_all(engine, [[5, 6, 7]], 3, [0])
     asyncio.run(engine.close())
+
+
+def test_engine_side_replay_is_checked_at_config_time_and_refused_at_engine_start(dense_dir):
+    from test_config import compose_run
+
+    from gspo_agents.components import build_engine
+    from gspo_agents.config import check_choices
+
+    with pytest.raises(ValueError, match="trainer, engine.*Did you mean 'engine'"):
+        check_choices(compose_run("algorithm.routing_replay_source=engin"))
+    with pytest.raises(ValueError, match="routing_replay=true"):
+        check_choices(compose_run("algorithm.routing_replay_source=engine"))
+    cfg = compose_run("algorithm.routing_replay=true", "algorithm.routing_replay_source=engine")
+    check_choices(cfg)
+    # the local engine on a dense model cannot return routes: refused when the engine is built
+    with pytest.raises(ValueError, match="return_routed_experts needs a mixture-of-experts"):
+        build_engine(cfg, dense_dir, seed=0)

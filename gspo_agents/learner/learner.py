@@ -59,7 +59,8 @@ ENGINE_ANCHOR_REPLAY_WARNING = (
     "routing_replay with algorithm.old_logprobs=engine: the replayed experts are the trainer's "
     "own choices at the start of the update, not the engine's routes that produced pi_old, so the "
     "ratio's denominator (engine log-probs) and numerator still use different sub-networks. Use "
-    "old_logprobs=recompute or decoupled for a ratio over the same experts."
+    "algorithm.routing_replay_source=engine (an engine that returns its routed experts), or "
+    "old_logprobs=recompute or decoupled, for a ratio over the same experts."
 )
 
 
