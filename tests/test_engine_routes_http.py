@@ -98,3 +98,31 @@ def _sampling():
     from gspo_agents.rollout.engine import SamplingParams
 
     return SamplingParams(max_new_tokens=4)
+
+
+def test_the_routes_request_validates_with_sglangs_own_request_class(tmp_path):
+    """The body checked by SGLang 0.5.23's GenerateReqInput (tests/sglang_io_check.py), with a
+    misspelt key as the control the checker must reject."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from test_sglang_conformance import CHECKER, PINNED, conformance_dir
+
+    site = conformance_dir()
+    ours = generate_body([5, 6, 7, 8], _sampling(), "r1", routes_start=3)
+    typo = {**generate_body([5, 6], _sampling(), "r2"), "return_routed_expert": True}
+    bodies = tmp_path / "bodies.json"
+    bodies.write_text(json.dumps([{"path": "/generate", "body": b} for b in (ours, typo)]))
+    proc = subprocess.run(
+        [sys.executable, str(CHECKER), str(bodies), "1000"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["sglang"] == PINNED
+    assert [e["body"] for e in result["errors"]] == [typo], result["errors"]
