@@ -11,6 +11,8 @@ worker loop; the parts live beside it by role:
 - `local_sampling`: every row sampled at once from a counter-based per-request seed.
 - `local_forward`: a fused forward for plain Qwen3 models (transformers' forward otherwise).
 - `local_request`: the request record and how answers cross to the caller's event loop.
+- `local_routes`: a MoE model's routed experts for requests that ask (SGLang's
+  `return_routed_experts`), for engine-side routing replay.
 
 Numerics: each row gets position ids counting only its real tokens and an attention mask hiding
 its padding, so a row in a padded batch sees exactly what an unpadded forward sees; the reported
