@@ -77,7 +77,7 @@ class Trajectory:
     # The engine's routed experts (MoE), int32 [positions, layers*top_k] for token positions
     # [0, positions): each position as the request that first forwarded it routed it. None: the
     # engine returned none. Appended turn by turn (`append_routes`).
-    routes: torch.Tensor | None = None
+    routes: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     # -- building -----------------------------------------------------------------------------
     def append_model(

@@ -106,3 +106,24 @@ def test_engine_side_replay_is_checked_at_config_time_and_refused_at_engine_star
     # the local engine on a dense model cannot return routes: refused when the engine is built
     with pytest.raises(ValueError, match="return_routed_experts needs a mixture-of-experts"):
         build_engine(cfg, dense_dir, seed=0)
+
+
+def test_trajectory_routes_append_and_follow_rows_through_flatten_and_select():
+    from gspo_agents.trajectory import Trajectory, flatten
+
+    trajs = []
+    for i in range(3):
+        t = Trajectory(prompt_ids=[1, 2, 3])
+        t.append_model([4 + i, 5], [-0.1, -0.2], 0)
+        t.append_routes(torch.full((2, 4), i, dtype=torch.int32))  # the first request's span
+        t.append_routes(torch.full((2, 4), 10 + i, dtype=torch.int32))
+        trajs.append(t)
+    assert trajs[1].num_routed_positions == 4
+    with pytest.raises(ValueError, match="width 6"):
+        trajs[0].append_routes(torch.zeros(1, 6, dtype=torch.int32))
+    batch = flatten(trajs, [1.0, 0.0, -1.0], pad_id=0)
+    picked = batch.select([2, 0])
+    assert picked.engine_routes is not None
+    assert [int(r[0, 0]) for r in picked.engine_routes] == [2, 0]
+    assert [int(r[-1, 0]) for r in picked.engine_routes] == [12, 10]
+    assert flatten([Trajectory(prompt_ids=[1, 2])], [0.0], pad_id=0).engine_routes is None
