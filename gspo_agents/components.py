@@ -85,6 +85,9 @@ def build_sandbox(cfg: DictConfig, env_name: str):
 
 
 def build_engine(cfg: DictConfig, model_dir: str, seed: int):
+    # engine-side routing replay needs the engine's routes (a MoE model; SGLang started with
+    # --enable-return-routed-experts); each engine refuses at start when it cannot return them
+    routes = bool(cfg.algorithm.routing_replay) and cfg.algorithm.routing_replay_source == "engine"
     if cfg.engine.kind == "local":
         from gspo_agents.rollout.local_engine import LocalEngine
 
@@ -94,6 +97,7 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
             seed=seed,
             dtype=cfg.engine.dtype,
             pause_mode=cfg.engine.pause_mode,
+            return_routed_experts=routes,
         )
     from gspo_agents.rollout.sglang_engine import SGLangEngine
 
@@ -104,6 +108,7 @@ def build_engine(cfg: DictConfig, model_dir: str, seed: int):
         pause_mode=cfg.engine.pause_mode,
         update_mode=cfg.engine.update_mode,
         update_bucket_mb=cfg.engine.update_bucket_mb,
+        return_routed_experts=routes,
     )
 
 

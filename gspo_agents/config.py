@@ -95,6 +95,7 @@ class AlgorithmConfig:
     seq_mask_bound: float | None = None  # drop sequences with |seq log-ratio| above this
     seq_is_ratio: str = "geometric"  # sequence IS weight: geometric (mean) | product (sum)
     routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer
+    routing_replay_source: str = "trainer"  # | engine: the engine's routes (behind pi_old)
     dynamic_sampling_rounds: int = 0  # extra rollout rounds to replace zero-spread groups
     overlong_filter: bool = False  # drop trajectories cut by a length budget from the loss
     overlong_penalty: float = 0.0  # subtracted from the reward of a length-cut trajectory
@@ -221,6 +222,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("algorithm", "kl_estimator"): ("k1", "k2", "k3"),
     ("algorithm", "seq_is_ratio"): ("geometric", "product"),
     ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),
+    ("algorithm", "routing_replay_source"): ("trainer", "engine"),
     ("logger", "wandb_mode"): ("offline", "online", "disabled"),
 }
 
@@ -294,6 +296,11 @@ def check_choices(cfg: Any) -> None:
     except ValueError as exc:
         raise ConfigError(f"algorithm: {exc}") from None
     _check_new_options(cfg)
+    if a.routing_replay_source == "engine" and not a.routing_replay:
+        raise ConfigError(
+            "algorithm.routing_replay_source=engine chooses whose routes routing replay uses; "
+            "it does nothing without algorithm.routing_replay=true (set both)"
+        )
     if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
         raise ConfigError(
             "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "

@@ -46,6 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="reported in /server_info, as SGLang does (this server honours seeds either way)",
     )
     p.add_argument(
+        "--enable-return-routed-experts",
+        action="store_true",
+        help="let requests ask for their MoE routes (return_routed_experts), as SGLang's flag",
+    )
+    p.add_argument(
         "--health-check-timeout",
         type=float,
         default=20.0,
@@ -84,6 +89,7 @@ async def serve(args: argparse.Namespace) -> None:
         seed=args.seed,
         weight_version=args.weight_version,
         num_threads=args.num_threads or None,
+        return_routed_experts=args.enable_return_routed_experts,
     )
     try:
         tokenizer = load_tokenizer(path)

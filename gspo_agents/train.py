@@ -66,6 +66,7 @@ def build_learner(cfg: DictConfig, model_dir: str):
         seq_is_cap=a.seq_is_cap,
         seq_mask_bound=a.seq_mask_bound,
         routing_replay=a.routing_replay,
+        routing_replay_source=a.routing_replay_source,
         seq_is_ratio=a.seq_is_ratio,
         loss_norm_tokens=cfg.rollout.max_context_tokens,
         clip_ratio_c=a.clip_ratio_c,

@@ -18,6 +18,7 @@ sampled by the model.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from dataclasses import dataclass, field
@@ -73,6 +74,10 @@ class Trajectory:
     info: dict = field(default_factory=dict)
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)
     turn_open: bool = False  # the last model segment may still grow (generation was interrupted)
+    # The engine's routed experts (MoE), int32 [positions, layers*top_k] for token positions
+    # [0, positions): each position as the request that first forwarded it routed it. None: the
+    # engine returned none. Appended turn by turn (`append_routes`).
+    routes: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     # -- building -----------------------------------------------------------------------------
     def append_model(
@@ -99,6 +104,22 @@ class Trajectory:
         else:
             self.segments.append(Segment("model", list(token_ids), list(logprobs), per_token))
         self.turn_open = True
+
+    @property
+    def num_routed_positions(self) -> int:
+        return 0 if self.routes is None else int(self.routes.shape[0])
+
+    def append_routes(self, chunk: torch.Tensor | None) -> None:
+        """Add the engine's routes for positions [num_routed_positions, ...), as asked for with
+        routed_experts_start_len=num_routed_positions."""
+        if chunk is None or chunk.numel() == 0:
+            return
+        if self.routes is not None and chunk.shape[1] != self.routes.shape[1]:
+            raise ValueError(
+                f"routes of width {chunk.shape[1]} appended to routes of width "
+                f"{self.routes.shape[1]} (layers*top_k changed within one trajectory)"
+            )
+        self.routes = chunk if self.routes is None else torch.cat([self.routes, chunk])
 
     def close_turn(self) -> None:
         """The current model turn is finished; the next model tokens start a new segment."""
@@ -150,6 +171,9 @@ class FlatBatch:
     old_logprobs_BT: torch.Tensor  # float, engine log-probs on model tokens, 0 elsewhere
     advantages_BT: torch.Tensor  # float, per-token advantage (constant within a sequence for GSPO)
     versions_BT: torch.Tensor  # long, weight version per model token, -1 elsewhere
+    # Per row, the engine's routed experts [positions, layers*top_k] (Trajectory.routes), or None
+    # for a row without them; None for the whole batch when no row has any.
+    engine_routes: list[torch.Tensor | None] | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -159,7 +183,12 @@ class FlatBatch:
         """Rows of the batch, trimmed to the longest remaining sequence."""
         parts = [t[rows] for t in self._tensors()]
         length = int(parts[1].sum(dim=1).max().item()) if parts[1].numel() else 0
-        return FlatBatch(*[p[:, :length] for p in parts])
+        routes = None
+        if self.engine_routes is not None:
+            index = torch.arange(self.num_sequences)[rows].reshape(-1).tolist()
+            routes = [self.engine_routes[i] for i in index]
+        trimmed = FlatBatch(*[p[:, :length] for p in parts])
+        return trimmed if routes is None else dataclasses.replace(trimmed, engine_routes=routes)
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (
@@ -196,7 +225,9 @@ def flatten(
     versions = torch.full((B, T), -1, dtype=torch.long)
     for b, (traj, a) in enumerate(zip(trajectories, advantages)):
         _fill_row(traj, a, b, input_ids, attention, loss_mask, old_lp, adv, versions)
-    return FlatBatch(input_ids, attention, loss_mask, old_lp, adv, versions)
+    routes = [t.routes for t in trajectories]
+    engine_routes = routes if any(r is not None for r in routes) else None
+    return FlatBatch(input_ids, attention, loss_mask, old_lp, adv, versions, engine_routes)
 
 
 def _fill_row(traj, adv_spec, b, input_ids, attention, loss_mask, old_lp, adv, versions) -> None:

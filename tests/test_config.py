@@ -37,6 +37,7 @@ sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local sandbox.urls 
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
 algorithm.turn_discount algorithm.normalize_std algorithm.loss_agg algorithm.old_logprobs
 algorithm.seq_is_cap algorithm.seq_mask_bound algorithm.routing_replay
+algorithm.routing_replay_source
 algorithm.dynamic_sampling_rounds algorithm.overlong_filter algorithm.overlong_penalty
 algorithm.clip_ratio_c algorithm.kl_coef algorithm.kl_estimator algorithm.entropy_coef
 algorithm.seq_is_ratio algorithm.overlong_buffer

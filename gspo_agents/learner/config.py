@@ -9,6 +9,7 @@ from gspo_agents.objectives import KL_ESTIMATORS, LOSS_AGGS, get_objective
 from gspo_agents.offpolicy import OffPolicyConfig
 
 MixedPrecision = Literal["auto", "fp32", "bf16"]
+REPLAY_SOURCES = ("trainer", "engine")  # learner/moe.py: whose routes routing_replay replays
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,9 @@ class LearnerConfig:
     seq_is_cap: float | None = None  # truncated importance sampling: cap on the weight
     seq_mask_bound: float | None = None  # drop sequences with |log(pi_trainer/pi_engine)| > bound
     routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer's forward
+    # whose routes are replayed: the trainer's own at the start of the update, or the engine's
+    # (the batch's engine_routes, the routes that produced the sampled tokens; learner/moe.py)
+    routing_replay_source: str = "trainer"
     seq_is_ratio: str = "geometric"  # sequence IS weight: geometric (mean) | product (sum)
     loss_norm_tokens: int = 2048  # seq-mean-token-sum-norm's constant (the longest trajectory)
     clip_ratio_c: float | None = None  # dual clip of token ratios when A < 0 (grpo)
@@ -69,6 +73,11 @@ class LearnerConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise ValueError(f"LearnerConfig.{name} must be > 0, got {value!r}")
+        if self.routing_replay_source not in REPLAY_SOURCES:
+            raise ValueError(
+                f"LearnerConfig.routing_replay_source={self.routing_replay_source!r}; choose one "
+                f"of {', '.join(REPLAY_SOURCES)}"
+            )
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(
                 f"LearnerConfig.kl_estimator={self.kl_estimator!r}; choose one of "

@@ -33,6 +33,7 @@ from gspo_agents.learner.moe import (
     differing_expert_sets,
     routes_for_microbatch,
     routes_per_row,
+    with_engine_routes,
 )
 from gspo_agents.learner.parallel import (
     ProcessInfo,
@@ -58,7 +59,8 @@ ENGINE_ANCHOR_REPLAY_WARNING = (
     "routing_replay with algorithm.old_logprobs=engine: the replayed experts are the trainer's "
     "own choices at the start of the update, not the engine's routes that produced pi_old, so the "
     "ratio's denominator (engine log-probs) and numerator still use different sub-networks. Use "
-    "old_logprobs=recompute or decoupled for a ratio over the same experts."
+    "algorithm.routing_replay_source=engine (an engine that returns its routed experts), or "
+    "old_logprobs=recompute or decoupled, for a ratio over the same experts."
 )
 
 
@@ -96,7 +98,8 @@ class Learner:
                 "routing_replay needs a mixture-of-experts model with top-k routers; "
                 f"{self.model_path} has none (set algorithm.routing_replay=false)"
             )
-        if cfg.routing_replay and cfg.old_logprobs == "engine" and self.is_main:
+        replays_trainer = cfg.routing_replay and cfg.routing_replay_source == "trainer"
+        if replays_trainer and cfg.old_logprobs == "engine" and self.is_main:
             log.warning(ENGINE_ANCHOR_REPLAY_WARNING)
         self.step = 0  # optimizer steps taken
         self.skipped_steps = 0  # optimizer steps skipped for a non-finite loss or gradient
@@ -205,6 +208,12 @@ class Learner:
         if not replay:
             all_reduce_(lp_BT, self._info)
         trainer_lp_BT = lp_BT.cpu()
+        if replay and self.cfg.routing_replay_source == "engine":  # the routes behind pi_old
+            layers, k = len(self._routers.routers), self._routers.top_k
+            try:
+                routes = with_engine_routes(routes, batch.engine_routes, layers, k)
+            except ValueError as exc:
+                raise BatchError(str(exc)) from None
         out = PreUpdate(batch, routes=routes)
         if off.needs_trainer_logprobs:
             mask = batch.loss_mask_BT.bool()

@@ -7,7 +7,9 @@
 - Routing replay: the experts chosen by the old policy (the weights at the start of an update) are
   replayed in the trainer's forward, so a token ratio compares the same sub-network; the router's
   gradient flows through the gate probabilities of the replayed experts. An option for GRPO and
-  GSPO; GSPO's claim is that it does not need it.
+  GSPO; GSPO's claim is that it does not need it. The replayed routes are the trainer's own
+  (`routing_replay_source=trainer`) or the engine's, the ones that produced the sampled tokens and
+  the engine's log-probs (`engine`, `with_engine_routes`; SGLang's `return_routed_experts`).
 
 Routers are found by shape, not by name: a module whose forward returns (logits, weights, indices)
 with integer indices (transformers' `*TopKRouter`), or a linear gate over `num_experts` outputs whose
@@ -150,3 +152,42 @@ def changed_experts(
     changed_LN = (~still_LNK).sum(dim=-1)
     mask = token_mask_N.bool().unsqueeze(0).expand_as(changed_LN)
     return int(changed_LN[mask].sum()), int(mask.sum()) * before_LNK.shape[-1]
+
+
+def with_engine_routes(
+    trainer_routes: dict[int, torch.Tensor],
+    engine_routes: list[torch.Tensor | None] | None,
+    layers: int,
+    top_k: int,
+) -> dict[int, torch.Tensor]:
+    """Each row's routes to replay with `routing_replay_source=engine`: the engine's at every
+    position it reported (the prompt, environment tokens and every model token but the last: the
+    positions whose forward produced a sampled token or fed one), the trainer's old-policy routes
+    at the rest (the final token, which no engine forward took as input, so no log-prob depends
+    on it). Engine routes arrive as [positions, layers*top_k] (SGLang's routed_experts order:
+    token, layer, k)."""
+    out: dict[int, torch.Tensor] = {}
+    for row, trainer_LNK in trainer_routes.items():
+        got = engine_routes[row] if engine_routes is not None else None
+        if got is None:
+            raise ValueError(
+                f"routing_replay_source=engine but row {row} of the batch carries no engine "
+                "routes: the engine did not return routed experts for its trajectory"
+            )
+        if got.shape[1] != layers * top_k:
+            raise ValueError(
+                f"engine routes of width {got.shape[1]} for a model with {layers} MoE layers x "
+                f"top-{top_k} = {layers * top_k}: the engine serves a different model"
+            )
+        length = trainer_LNK.shape[1]
+        if not length - 1 <= got.shape[0] <= length:
+            raise ValueError(
+                f"row {row} has engine routes for {got.shape[0]} positions but {length} tokens "
+                f"(expected {length - 1}: every position but the last)"
+            )
+        n = got.shape[0]
+        replay_LNK = trainer_LNK.clone()
+        engine_LNK = got[:n].reshape(n, layers, top_k).permute(1, 0, 2)
+        replay_LNK[:, :n] = engine_LNK.sort(dim=-1).values.to(replay_LNK.dtype)
+        out[row] = replay_LNK
+    return out

@@ -8,7 +8,10 @@ top-p renormalisation (SGLang's semantics), plus the weight version that produce
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
 
 FinishReason = Literal["stop", "length", "abort"]
 PauseMode = Literal["abort", "in_place", "retract"]
@@ -74,6 +77,9 @@ class Generation:
     # One version per token when they differ (a request an in_place / retract pause kept across
     # a weight update); None: every token is at weight_version.
     token_versions: list[int] | None = None
+    # MoE routed experts when asked (`routed_experts_start_len`): int32 [positions,
+    # layers*top_k] for positions [start, prompt + output - 1), SGLang's `routed_experts`.
+    routed_experts: torch.Tensor | None = None
 
     def versions(self) -> list[int]:
         """The weight version of every token."""

@@ -11,6 +11,8 @@ worker loop; the parts live beside it by role:
 - `local_sampling`: every row sampled at once from a counter-based per-request seed.
 - `local_forward`: a fused forward for plain Qwen3 models (transformers' forward otherwise).
 - `local_request`: the request record and how answers cross to the caller's event loop.
+- `local_routes`: a MoE model's routed experts for requests that ask (SGLang's
+  `return_routed_experts`), for engine-side routing replay.
 
 Numerics: each row gets position ids counting only its real tokens and an attention mask hiding
 its padding, so a row in a padded batch sees exactly what an unpadded forward sees; the reported
@@ -38,6 +40,7 @@ import inspect
 import threading
 import time
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -62,6 +65,7 @@ from gspo_agents.rollout.local_request import (
     resolve,
     resolve_all,
 )
+from gspo_agents.rollout.local_routes import EngineRoutes
 from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed, sample_rows
 
 
@@ -97,12 +101,16 @@ class LocalEngine:
         weight_version: int = 0,
         num_threads: int | None = 1,
         pause_mode: PauseMode = "abort",
+        return_routed_experts: bool = False,
     ) -> None:
         """`num_threads`: torch intra-op threads of the worker thread only (None: torch's
         default). 1 by default: small decode batches gain nothing from more, and on a busy
         machine (the learner training alongside) OpenMP oversubscription made a 2-thread
         worker ~15x slower than a 1-thread one (benchmarked on the tiny model).
-        `pause_mode`: the mode the RolloutManager pauses with around a weight update (pause())."""
+        `pause_mode`: the mode the RolloutManager pauses with around a weight update (pause()).
+
+        `return_routed_experts` (SGLang's `--enable-return-routed-experts`): a request may ask
+        for its MoE routes (`routed_experts_start_len`); a dense model is refused here."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self._trainer_pause_mode = check_pause_mode(pause_mode)
@@ -111,6 +119,7 @@ class LocalEngine:
         self._model = load_model(model_path, dtype)
         self._cache_kwarg = self._detect_cache_kwarg(self._model)
         self._fast_forward = Qwen3Forward.for_model(self._model)
+        self._routes = EngineRoutes(self._model) if return_routed_experts else None
         self._eos_ids = self._eos_of(self._model) if stop_on_eos else frozenset()
         self._max_batch = max_batch_size
         self._version = weight_version
@@ -143,6 +152,10 @@ class LocalEngine:
         return int(self._model.config.max_position_embeddings)
 
     @property
+    def returns_routed_experts(self) -> bool:
+        return self._routes is not None
+
+    @property
     def max_batch_size(self) -> int:
         return self._max_batch
 
@@ -158,10 +171,15 @@ class LocalEngine:
         *,
         route_key: str | None = None,
         ignore_eos: bool = False,
+        routed_experts_start_len: int | None = None,
     ) -> Generation:
         """Continue `input_ids`; stops at `sampling.stop_token_ids` and, unless `ignore_eos`,
-        at the model's eos (SGLang's default). One worker: `route_key` has nothing to choose."""
+        at the model's eos (SGLang's default). One worker: `route_key` has nothing to choose.
+        `routed_experts_start_len` (needs return_routed_experts): also return the routes of
+        positions [start, prompt + output - 1), as SGLang does (local_routes.py)."""
+        self._check_routes_start(routed_experts_start_len, len(input_ids))
         request = self._submit(list(input_ids), sampling, request_id, ignore_eos)
+        request.routes_start = routed_experts_start_len
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -302,6 +320,16 @@ class LocalEngine:
             self._cond.notify_all()
         return request
 
+    def _check_routes_start(self, start: int | None, prompt: int) -> None:
+        if start is None:
+            return
+        if self._routes is None:
+            raise EngineRequestError(
+                "routed experts asked of a LocalEngine built without return_routed_experts=True"
+            )
+        if not 0 <= start <= prompt:  # SGLang 0.5.23 scheduler's rule
+            raise EngineRequestError(f"routed_experts_start_len={start} outside [0, {prompt}]")
+
     def _validate(self, input_ids: list[int], sampling: SamplingParams, rid: str) -> None:
         if not input_ids:
             raise EngineRequestError("input_ids is empty: a generation needs at least one token")
@@ -389,6 +417,9 @@ class LocalEngine:
                 self._model, self._version = self._swap.model, self._swap.version
                 self._cache_kwarg = self._detect_cache_kwarg(self._model)
                 self._fast_forward = self._swap.fast_forward
+                if self._routes is not None:
+                    self._routes.close()
+                    self._routes = EngineRoutes(self._model)
                 self._swap.done.set()
                 self._swap = None
             return []  # no admissions while a swap waits for the batch to drain
@@ -447,7 +478,12 @@ class LocalEngine:
 
     def _prefill(self, requests: list[Request]) -> Batch:
         new, prefill = Batch.for_prefill(requests, self._model.config)
-        logits_BV = self._forward(prefill.ids_UL, prefill.mask_UL, prefill.positions_UL, new.cache)
+        with self._recording(requests) as routes:
+            logits_BV = self._forward(
+                prefill.ids_UL, prefill.mask_UL, prefill.positions_UL, new.cache
+            )
+        if routes:
+            EngineRoutes.keep_prefill(requests, prefill, routes[0])
         self.stats.prefill_rows += len(prefill.ids_UL)
         if prefill.row_of_B is not None:
             new.expand(prefill.row_of_B)
@@ -457,11 +493,17 @@ class LocalEngine:
 
     def _decode(self, batch: Batch) -> None:
         mask_BL = batch.open_column()
-        logits_BV = self._forward(
-            batch.next_tok_B[:, None], mask_BL, batch.next_pos_B[:, None], batch.cache
-        )
+        with self._recording(batch.rows) as routes:
+            logits_BV = self._forward(
+                batch.next_tok_B[:, None], mask_BL, batch.next_pos_B[:, None], batch.cache
+            )
+        if routes:
+            EngineRoutes.keep_decode(batch.rows, routes[0])
         batch.next_pos_B = batch.next_pos_B + 1
         self._sample_and_retire(batch, logits_BV)
+
+    def _recording(self, rows: list[Request]):
+        return self._routes.forward(rows) if self._routes is not None else nullcontext([])
 
     def _sample_and_retire(self, batch: Batch, logits_BV: torch.Tensor) -> None:
         filtered = (batch.top_k_B, batch.top_p_B) if batch.filtered else (None, None)

@@ -10,6 +10,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from gspo_agents.rollout.engine import FinishReason, Generation, SamplingParams
 
 
@@ -32,6 +34,10 @@ class Request:
     # (old version, tokens made by then) per weight update it was kept through (in_place /
     # retract pauses), as SGLang 0.5.23's WeightVersionEvent (srt/utils/weight_versions.py)
     version_events: list[tuple[int, int]] = field(default_factory=list)
+    # routed experts (MoE): None = not asked; else SGLang's routed_experts_start_len, and one
+    # [positions, layers*top_k] chunk per forward that took this request's tokens (local_routes)
+    routes_start: int | None = None
+    routes: list[torch.Tensor] = field(default_factory=list)
 
     def generation(
         self, reason: FinishReason, matched: int | None, engine_version: int
@@ -42,6 +48,7 @@ class Request:
             finish_reason=reason,
             weight_version=self.version if self.tokens else engine_version,
             token_versions=self.token_versions(),
+            routed_experts=self.answer_routes(),
             meta={
                 "prompt_tokens": len(self.prompt),
                 "completion_tokens": len(self.tokens),
@@ -50,6 +57,12 @@ class Request:
                 "e2e_latency": time.perf_counter() - self.submitted_at,
             },
         )
+
+    def answer_routes(self) -> torch.Tensor | None:
+        """[positions, layers*k] for positions [routes_start, prompt + output - 1), or None."""
+        if self.routes_start is None or not self.routes:
+            return None
+        return torch.cat(self.routes)[self.routes_start :].contiguous()
 
     def token_versions(self) -> list[int] | None:
         """One version per token when an update happened while it ran; else None."""

@@ -365,6 +365,7 @@ class RolloutManager:
                     version_before,
                 )
             traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version, gen.token_versions)
+            traj.append_routes(gen.routed_experts)
             produced += len(gen.token_ids)
             if gen.finish_reason != "abort":
                 finish = gen.finish_reason
@@ -413,7 +414,9 @@ class RolloutManager:
             rid = request_id(traj)
             started = time.perf_counter()
             try:
-                return await self.engine.generate(input_ids, sampling, rid, route_key=traj.uid)
+                return await self.engine.generate(
+                    input_ids, sampling, rid, route_key=traj.uid, **self._routes_asked(traj)
+                )
             except EngineRequestError as exc:
                 raise TrajectoryFailed("engine", f"engine rejected the request: {exc}") from exc
             except EngineError as exc:
@@ -427,6 +430,12 @@ class RolloutManager:
         raise TrajectoryFailed(
             "engine", f"engine failed {_ENGINE_ATTEMPTS} times: {type(last).__name__}: {last}"
         ) from last
+
+    def _routes_asked(self, traj: Trajectory) -> dict:
+        """An engine that returns MoE routes is asked for the positions the trajectory lacks."""
+        if not getattr(self.engine, "returns_routed_experts", False):
+            return {}
+        return {"routed_experts_start_len": traj.num_routed_positions}
 
     async def _env_step(self, env: TextEnv, action: str, stats: RolloutStats):
         started = time.perf_counter()

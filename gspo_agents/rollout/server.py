@@ -53,6 +53,7 @@ from starlette.routing import Route
 from gspo_agents.rollout.engine import EngineError, EngineRequestError, Generation, SamplingParams
 from gspo_agents.rollout.local_engine import LocalEngine
 from gspo_agents.rollout.server_updates import BadRequest, UpdateHandlers, error_response
+from gspo_agents.rollout.sglang_wire import encode_routed_experts
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,15 @@ class LocalServer:
         if not isinstance(rids, list) or len(rids) != len(prompts):
             raise BadRequest("rid must be a string, or a list with one rid per input_ids row")
         want_logprobs = bool(body.get("return_logprob", False))
+        routes_start = self._routes_asked(body)
         calls = [
-            self.engine.generate(list(map(int, p)), sampling, str(r), ignore_eos=ignore_eos)
+            self.engine.generate(
+                list(map(int, p)),
+                sampling,
+                str(r),
+                ignore_eos=ignore_eos,
+                routed_experts_start_len=routes_start,
+            )
             for p, r in zip(prompts, rids, strict=True)
         ]
         gens = await _unless_disconnected(request, asyncio.gather(*calls))
@@ -159,6 +167,17 @@ class LocalServer:
             self._generation_json(g, str(r), want_logprobs) for g, r in zip(gens, rids, strict=True)
         ]
         return JSONResponse(out if batched else out[0])
+
+    def _routes_asked(self, body: dict) -> int | None:
+        """GenerateReqInput.return_routed_experts / routed_experts_start_len (SGLang 0.5.23)."""
+        if not body.get("return_routed_experts"):
+            return None
+        if not getattr(self.engine, "returns_routed_experts", False):
+            raise BadRequest(
+                "return_routed_experts needs a server launched with "
+                "--enable-return-routed-experts (and a MoE model)"
+            )
+        return int(body.get("routed_experts_start_len", 0))
 
     def _count_routing_key(self, key: str | None) -> None:
         if key is None:
@@ -182,6 +201,8 @@ class LocalServer:
             meta["output_token_logprobs"] = [
                 [lp, tok, None] for lp, tok in zip(gen.logprobs, gen.token_ids, strict=True)
             ]
+        if gen.routed_experts is not None:
+            meta["routed_experts"] = encode_routed_experts(gen.routed_experts)
         text = self.tokenizer.decode(gen.token_ids) if self.tokenizer is not None else ""
         return {"text": text, "output_ids": gen.token_ids, "meta_info": meta}
 
@@ -223,6 +244,9 @@ class LocalServer:
                 "model_path": self.engine.model_path,
                 "weight_version": str(self.launch_version),  # launch argument, never updated
                 "enable_deterministic_inference": self.deterministic,
+                "enable_return_routed_experts": bool(
+                    getattr(self.engine, "returns_routed_experts", False)
+                ),
                 "context_length": self.engine.context_length,
                 "max_running_requests": self.engine.max_batch_size,
                 "tp_size": 1,

@@ -76,6 +76,7 @@ from gspo_agents.rollout.sglang_wire import (
     json_body,
     parse_generation,
     pause_body,
+    routes_enabled,
     sampling_json,
 )
 from gspo_agents.rollout.sglang_workers import WorkerPool, rank_workers, route_key_of
@@ -115,6 +116,7 @@ class SGLangEngine(GroupUpdates):
         pause_mode: PauseMode = "abort",
         update_mode: str = "disk",
         update_bucket_mb: float = 512.0,
+        return_routed_experts: bool = False,
     ) -> None:
         if not urls:
             raise ValueError("SGLangEngine needs at least one URL (engine.urls=[http://host:port])")
@@ -126,6 +128,7 @@ class SGLangEngine(GroupUpdates):
         if update_bucket_mb <= 0:
             raise ValueError(f"update_bucket_mb must be positive, got {update_bucket_mb}")
         self._pause_mode = pause_mode
+        self._return_routes = return_routed_experts  # checked against the workers at start
         self._update_mode = update_mode
         self._bucket_bytes = int(update_bucket_mb * 2**20)
         # Workers a weight update failed on last time ({url: error}); empty when all took it.
@@ -157,7 +160,22 @@ class SGLangEngine(GroupUpdates):
         async with self._start_lock:
             if not self._started:
                 await self._pool.start(self._urls, self._given_workers)
+                if self._return_routes:
+                    self._check_routes_enabled()
                 self._started = True
+
+    def _check_routes_enabled(self) -> None:
+        """Engine-side routing replay needs every worker launched to return routed experts."""
+        for worker in self._pool.workers:
+            enabled = routes_enabled(worker.info)
+            if not enabled:
+                said = "reports it off" if enabled is False else "does not report it"
+                raise EngineRequestError(
+                    f"routing_replay_source=engine needs the engine's routed experts, but SGLang "
+                    f"worker {worker.url} was not launched with --enable-return-routed-experts "
+                    f"(its /server_info {said}). Relaunch it with that flag (and a MoE model), "
+                    "or set algorithm.routing_replay_source=trainer."
+                )
 
     async def _ensure_started(self) -> None:
         if not self._started:
@@ -174,6 +192,10 @@ class SGLangEngine(GroupUpdates):
         return self._pause_mode
 
     @property
+    def returns_routed_experts(self) -> bool:
+        return self._return_routes
+
+    @property
     def worker_urls(self) -> list[str]:
         return self._pool.urls
 
@@ -184,14 +206,23 @@ class SGLangEngine(GroupUpdates):
         request_id: str,
         *,
         route_key: str | None = None,
+        routed_experts_start_len: int | None = None,
     ) -> Generation:
         """Continue `input_ids` on the worker `route_key` (default: derived from request_id)
-        maps to. An abort returns the tokens so far with finish_reason 'abort'."""
+        maps to. An abort returns the tokens so far with finish_reason 'abort'.
+        `routed_experts_start_len` (needs return_routed_experts=True): also return the MoE
+        routes of positions [start, prompt + output - 1)."""
+        if routed_experts_start_len is not None and not self._return_routes:
+            raise EngineRequestError(
+                "routed experts asked of an SGLangEngine built without return_routed_experts"
+            )
         await self._ensure_started()
         key = route_key or route_key_of(request_id)
         if sampling.seed is not None and not self._seed_checked:
             self._warn_unless_deterministic()
-        work = self._generate_with_retries(list(input_ids), sampling, request_id, key)
+        work = self._generate_with_retries(
+            list(input_ids), sampling, request_id, key, routed_experts_start_len
+        )
         try:
             if self._deadline_s is None:
                 return await work
@@ -204,7 +235,12 @@ class SGLangEngine(GroupUpdates):
             self._inflight.pop(request_id, None)
 
     async def _generate_with_retries(
-        self, input_ids: list[int], sampling: SamplingParams, request_id: str, key: str
+        self,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        key: str,
+        routes_start: int | None,
     ) -> Generation:
         """Up to max_attempts tries on the key's workers in order. An answer from a worker at
         the wrong weight version is discarded and retried without using up an attempt (at most
@@ -224,7 +260,9 @@ class SGLangEngine(GroupUpdates):
                 continue
             epoch = self._pool.epoch
             try:
-                gen = await self._post_generate(url, input_ids, sampling, request_id, key)
+                gen = await self._post_generate(
+                    url, input_ids, sampling, request_id, key, routes_start
+                )
             except EngineRequestError:
                 raise
             except EngineError as exc:
@@ -243,7 +281,13 @@ class SGLangEngine(GroupUpdates):
         )
 
     async def _post_generate(
-        self, url: str, input_ids: list[int], sampling: SamplingParams, request_id: str, key: str
+        self,
+        url: str,
+        input_ids: list[int],
+        sampling: SamplingParams,
+        request_id: str,
+        key: str,
+        routes_start: int | None = None,
     ) -> Generation:
         """One POST /generate to `url`; transport errors and 5xx become EngineError."""
         wire = uuid.uuid4().hex
@@ -251,7 +295,7 @@ class SGLangEngine(GroupUpdates):
         try:
             resp = await self._http.client.post(
                 url + "/generate",
-                json=generate_body(input_ids, sampling, wire),
+                json=generate_body(input_ids, sampling, wire, routes_start),
                 headers={ROUTING_KEY_HEADER: key},
                 timeout=self._gen_timeout,
             )
@@ -270,7 +314,9 @@ class SGLangEngine(GroupUpdates):
         body = json_body(resp)
         meta = body.get("meta_info") if isinstance(body, dict) else None
         raw = meta.get("weight_version") if isinstance(meta, dict) else None
-        return parse_generation(body, self._pool.reported_version(raw), sampling.max_new_tokens)
+        routes = None if routes_start is None else (len(input_ids), routes_start)
+        version = self._pool.reported_version(raw)
+        return parse_generation(body, version, sampling.max_new_tokens, routes)
 
     async def abort(self, request_id: str | None = None) -> None:
         await self._ensure_started()

@@ -6,9 +6,12 @@ Pure functions over JSON; tolerant of the response-shape drift within SGLang 0.5
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 import httpx
+import torch
 
 from gspo_agents.rollout.engine import (
     EngineError,
@@ -43,8 +46,14 @@ def parse_version(raw: Any, fallback: int) -> int:
         return fallback  # SGLang's default version is the string "default"
 
 
-def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> Generation:
-    """A /generate response → Generation, tolerating the shape drift of SGLang 0.5.x."""
+def parse_generation(
+    body: Any,
+    fallback_version: int,
+    max_new_tokens: int,
+    routes: tuple[int, int] | None = None,
+) -> Generation:
+    """A /generate response → Generation, tolerating the shape drift of SGLang 0.5.x.
+    `routes`: (prompt length, routed_experts_start_len) when routed experts were asked for."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise EngineError(f"/generate answered without meta_info: {str(body)[:200]}")
     meta = body["meta_info"]
@@ -61,12 +70,17 @@ def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> G
     else:  # None: some builds omit it on abort
         reason = "length" if len(tokens) >= max_new_tokens else "abort"
     version = parse_version(meta.get("weight_version"), fallback_version)
+    routed = None
+    if routes is not None:
+        prompt, start = routes
+        routed = parse_routed_experts(meta.get("routed_experts"), prompt + len(tokens) - 1 - start)
     return Generation(
         token_ids=tokens,
         logprobs=logprobs,
         finish_reason=reason,
         weight_version=version,
         token_versions=token_versions(meta.get("weight_versions"), len(tokens), fallback_version),
+        routed_experts=routed,
         meta={
             "prompt_tokens": meta.get("prompt_tokens"),
             "cached_tokens": meta.get("cached_tokens", 0),
@@ -75,6 +89,34 @@ def parse_generation(body: Any, fallback_version: int, max_new_tokens: int) -> G
             "abort_message": raw.get("message") if isinstance(raw, dict) else None,
         },
     )
+
+
+def parse_routed_experts(raw: Any, positions: int) -> torch.Tensor | None:
+    """`meta_info.routed_experts`: base64 of int32 [positions, layers, top_k] (SGLang 0.5.23
+    detokenizer; positions [routed_experts_start_len, prompt + output - 1)) → int32
+    [positions, layers*top_k]. Layers x top_k is what the byte count leaves per position."""
+    if positions <= 0:
+        return None
+    if not isinstance(raw, str):
+        raise EngineError(
+            "/generate answered without meta_info.routed_experts although return_routed_experts "
+            "was asked (launch SGLang with --enable-return-routed-experts, and serve a MoE model)"
+        )
+    try:
+        flat = torch.frombuffer(bytearray(base64.b64decode(raw)), dtype=torch.int32)
+    except (ValueError, binascii.Error) as exc:
+        raise EngineError(f"malformed meta_info.routed_experts: {exc}") from exc
+    if flat.numel() == 0 or flat.numel() % positions:
+        raise EngineError(
+            f"meta_info.routed_experts holds {flat.numel()} ids, not a whole number per each of "
+            f"the {positions} positions asked for"
+        )
+    return flat.reshape(positions, -1)
+
+
+def encode_routed_experts(routes: torch.Tensor) -> str:
+    """The inverse, as SGLang's detokenizer writes it (for our served engine)."""
+    return base64.b64encode(routes.to(torch.int32).contiguous().numpy().tobytes()).decode()
 
 
 def token_versions(spans: Any, num_tokens: int, fallback_version: int) -> list[int] | None:
@@ -124,9 +166,25 @@ ROUTER_HEALTH_ARGS: tuple[str, ...] = ("--health-check-endpoint", "/model_info")
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 
 
-def generate_body(input_ids: list[int], sampling: SamplingParams, rid: str) -> dict[str, Any]:
-    """POST /generate: token ids in, sampled ids and their log-probs (output only) out."""
-    return {
+def routes_enabled(server_info: dict[str, Any]) -> bool | None:
+    """The worker's `enable_return_routed_experts` launch flag (top level, or inside a nested
+    argument group as ServerArgs.resolved_dict may expand it); None when it reports none."""
+    key = "enable_return_routed_experts"
+    if key in server_info:
+        return bool(server_info[key])
+    for value in server_info.values():
+        if isinstance(value, dict) and key in value:
+            return bool(value[key])
+    return None
+
+
+def generate_body(
+    input_ids: list[int], sampling: SamplingParams, rid: str, routes_start: int | None = None
+) -> dict[str, Any]:
+    """POST /generate: token ids in, sampled ids and their log-probs (output only) out; with
+    `routes_start`, the MoE routed experts of positions [routes_start, seqlen - 1) too
+    (GenerateReqInput.return_routed_experts / routed_experts_start_len, SGLang 0.5.23)."""
+    body = {
         "input_ids": list(input_ids),
         "sampling_params": sampling_json(sampling),
         "return_logprob": True,
@@ -134,6 +192,9 @@ def generate_body(input_ids: list[int], sampling: SamplingParams, rid: str) -> d
         "stream": False,
         "rid": rid,
     }
+    if routes_start is not None:
+        body.update(return_routed_experts=True, routed_experts_start_len=routes_start)
+    return body
 
 
 def pause_body(mode: str) -> dict[str, Any]:
