@@ -129,8 +129,10 @@ class TrainerConfig:
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
     num_minibatches: int = 4
-    micro_batch_tokens: int = 8192
+    micro_batch_tokens: int = 8192  # tokens per forward/backward (docs/sizing.md)
     share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
+    logprob_chunk_tokens: int = 1024  # output layer positions at a time (0: full logits)
+    pack_sequences: bool = True  # padding-free micro-batches where the attention allows
     nproc: int = 1
     seed: int = 0
     save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
@@ -202,6 +204,7 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "steps"),
     ("trainer", "save_every_steps"),
     ("trainer", "warmup_steps"),
+    ("trainer", "logprob_chunk_tokens"),
     ("trainer", "max_failed_steps"),
     ("logger", "console_every_steps"),
     ("algorithm", "dynamic_sampling_rounds"),

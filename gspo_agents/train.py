@@ -51,6 +51,8 @@ def build_learner(cfg: DictConfig, model_dir: str):
         num_minibatches=t.num_minibatches,
         micro_batch_tokens=t.micro_batch_tokens,
         share_prompt_prefix=t.share_prompt_prefix,
+        logprob_chunk_tokens=t.logprob_chunk_tokens,
+        pack_sequences=t.pack_sequences,
         temperature=cfg.rollout.temperature,
         seed=t.seed,
         loss_agg=a.loss_agg,

@@ -22,7 +22,10 @@ class LearnerConfig:
     warmup_steps: int = 0  # optimizer steps of linear warm-up, then constant
     max_grad_norm: float = 1.0  # clip the global grad norm to this; <= 0 disables clipping
     num_minibatches: int = 4  # optimizer steps per rollout batch
-    micro_batch_tokens: int = 4096  # padded tokens (rows x longest row) per forward/backward
+    micro_batch_tokens: int = 4096  # tokens per forward/backward: packed, or rows x longest row
+    # the output layer runs this many positions at a time (0: full [B, T, V] logits, as before)
+    logprob_chunk_tokens: int = 1024
+    pack_sequences: bool = True  # one padding-free row per micro-batch where attention allows
     temperature: float = 1.0  # the rollout temperature: log-probs are log_softmax(logits / T)
     activation_checkpointing: bool = False
     mixed_precision: MixedPrecision = (
@@ -58,6 +61,11 @@ class LearnerConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise ValueError(f"LearnerConfig.{name} must be > 0, got {value!r}")
+        if self.logprob_chunk_tokens < 0:
+            raise ValueError(
+                "LearnerConfig.logprob_chunk_tokens must be >= 0 (0: full logits), "
+                f"got {self.logprob_chunk_tokens}"
+            )
         if self.warmup_steps < 0:
             raise ValueError(f"LearnerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.mixed_precision not in ("auto", "fp32", "bf16"):

@@ -46,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seq-is-cap", type=float, default=None)
     p.add_argument("--loss-agg", default="seq-mean-token-mean")
     p.add_argument("--routing-replay", action="store_true")
+    p.add_argument("--logprob-chunk-tokens", type=int, default=LearnerConfig.logprob_chunk_tokens)
+    p.add_argument("--no-pack", action="store_true", help="padded micro-batches")
     return p.parse_args()
 
 
@@ -64,6 +66,8 @@ def main() -> None:
         seq_is_cap=args.seq_is_cap,
         loss_agg=args.loss_agg,
         routing_replay=args.routing_replay,
+        logprob_chunk_tokens=args.logprob_chunk_tokens,
+        pack_sequences=not args.no_pack,
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
