@@ -2,15 +2,15 @@
 
 Two paths of the same `Learner.update`, on a model with Qwen3's vocabulary (151,936):
 
-- today  : full [T, V] logits, padded rows (`logprob_chunk_tokens=0, pack_sequences=False`)
+- today  : full [T, V] logits, padded rows (`logprob_chunk_tokens=0, packing=off`)
 - chunked: the output layer a chunk of positions at a time, recomputed in backward, packed rows
-           (the defaults)
+           where the attention kernel allows (the defaults; with one row, packing changes nothing)
 
 Each point is one subprocess (so that running out of memory is a row of the table, not the end of
 the run): load the model, build a batch of `--rows` trajectories of T/rows tokens (one minibatch,
-one micro-batch), take on-policy log-probs, run one warm-up update (optimizer state appears), then
-reset the peak and time one more update. "Peak over setup" is that update's peak minus the memory
-held before it (weights, gradients, AdamW state, batch): what the update itself needs.
+one micro-batch), take on-policy log-probs, on CUDA run one warm-up update, then reset the peak
+and time one update. "Peak over setup" is that update's peak minus the memory held before it
+(weights, batch; after a warm-up also gradients and AdamW state): what the update itself needs.
 
     python benchmarks/learner_memory.py                       # CPU: 2-layer hidden-64 model
     python benchmarks/learner_memory.py --tokens 1024 8192 --paths chunked
@@ -46,8 +46,8 @@ from learner_throughput import RANDOM_SHAPES, write_random_model  # noqa: E402
 
 RESULT = "RESULT "
 PATHS = {
-    "today": dict(logprob_chunk_tokens=0, pack_sequences=False),
-    "chunked": dict(logprob_chunk_tokens=1024, pack_sequences=True),
+    "today": dict(logprob_chunk_tokens=0, packing="off"),
+    "chunked": dict(logprob_chunk_tokens=1024, packing="auto"),
 }
 DEFAULT_TOKENS = [1024, 2048, 4096, 8192, 16384, 32768]
 
@@ -74,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="CPU workers' address-space limit (default: 70%% of MemAvailable)")  # fmt: skip
     p.add_argument("--skip-today-above", type=int, default=None,
                    help="do not run today's path beyond this many tokens (known not to fit)")  # fmt: skip
+    p.add_argument("--warmup", type=int, default=None,
+                   help="1: a warm-up update before the measured one (default: on CUDA only; on "
+                   "CPU the first update also allocates the AdamW state, 8 bytes/parameter)")  # fmt: skip
     p.add_argument("--longest", action="store_true", help="CUDA: longest T that trains, per path")
     p.add_argument("--peak-tflops", type=float, default=989.0,
                    help="the device's dense bf16 peak for MFU (H100/H200 SXM: 989)")  # fmt: skip
@@ -150,7 +153,8 @@ def worker(args) -> None:
     memory = PeakMemory(learner.device)
     batch = make_batch(tokens, args.rows, learner.model.config.vocab_size)
     batch = replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * batch.loss_mask_BT)
-    learner.update(batch)  # warm-up: AdamW state, allocator caches
+    if args.warmup:  # AdamW state, allocator caches, kernel selection
+        learner.update(batch)
     gc.collect()
     held = memory.held()
     memory.reset()
@@ -209,7 +213,7 @@ def run_point(args, path: str, tokens: int) -> dict:
     cmd = [
         sys.executable, __file__, "--worker", "--path", path, "--model", args.model,
         "--device", args.device, "--tokens", str(tokens), "--rows", str(args.rows),
-        "--chunk", str(args.chunk), "--threads", str(args.threads),
+        "--chunk", str(args.chunk), "--threads", str(args.threads), "--warmup", str(args.warmup),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
@@ -285,6 +289,8 @@ def main(argv=None) -> None:
         from gspo_agents.learner.parallel import run_then_exit
 
         run_then_exit(lambda: worker(args))
+    if args.warmup is None:
+        args.warmup = int(args.device == "cuda")
     shape = args.shape or ("qwen3-1.7b" if args.device == "cuda" else "vocab151k-2x64")
     args.model = write_random_model(shape)
     if args.mem_limit_gib is None:

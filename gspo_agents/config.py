@@ -132,7 +132,8 @@ class TrainerConfig:
     micro_batch_tokens: int = 8192  # tokens per forward/backward (docs/sizing.md)
     share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
     logprob_chunk_tokens: int = 1024  # output layer positions at a time (0: full logits)
-    pack_sequences: bool = True  # padding-free micro-batches where the attention allows
+    packing: str = "auto"  # padding-free micro-batches: auto (varlen/flex attention), on, off
+    activation_checkpointing: bool = False  # recompute each decoder layer in backward
     nproc: int = 1
     seed: int = 0
     save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
@@ -181,6 +182,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("engine", "kind"): ("local", "sglang"),
     ("engine", "pause_mode"): ("abort", "in_place", "retract"),
     ("sandbox", "backend"): ("auto", "docker", "bubblewrap", "namespaces", "unsafe-local"),
+    ("trainer", "packing"): ("auto", "on", "off"),
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
     ("algorithm", "loss_agg"): ("seq-mean-token-mean", "token-mean", "seq-mean-token-sum"),
     ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),

@@ -64,9 +64,9 @@ def test_chunked_packed_fsdp2_trains_like_todays_single_process(dense_dir, tmp_p
     # output layer chunked inside the root module's forward (its weight gathered by FSDP2) and
     # each rank's rows packed into one; a budget that keeps each rank's rows whole on both paths
     common = ["--model", dense_dir, "--steps", "2", "--micro-batch-tokens", "4096"]
-    old = ["--logprob-chunk-tokens", "0", "--no-pack"]
+    old = ["--logprob-chunk-tokens", "0", "--packing", "off"]
     _single_process(*common, *old, "--out", str(tmp_path / "one"))
-    new = ["--logprob-chunk-tokens", "5"]
+    new = ["--logprob-chunk-tokens", "5", "--packing", "on"]  # sdpa: a dense document mask
     torchrun(SCRIPT, *common, *new, "--out", str(tmp_path / "two"), nproc=2)
     one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
     for a, b in zip(one, two, strict=True):

@@ -47,7 +47,8 @@ def test_packed_row_equals_padded_rows_values_and_gradients(dense_dir, chunk):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(dense_dir, dtype=torch.float32)
-    assert packing_unsupported(model) is None
+    assert packing_unsupported(model, "on") is None
+    assert "cross-document" in packing_unsupported(model, "auto")  # sdpa: only when asked
     head = TokenHead(model, 0.8, chunk)
     batch = synthetic_batch(3)
     lengths = batch.attention_mask_BT.sum(1).tolist()
@@ -81,12 +82,18 @@ def _update(path: str, batch, **overrides):
     return metrics, step, used
 
 
+def test_packing_auto_keeps_padded_rows_with_a_dense_mask_kernel(dense_dir):
+    learner = Learner(dense_dir, CFG)  # packing=auto, sdpa on CPU
+    assert not learner._pack and learner._head.chunked
+    learner.close()
+
+
 def test_update_on_the_new_paths_equals_todays_update(dense_dir):
     """Chunked output layer + packed rows against full logits + padded rows, same micro-batches
     (a budget that holds each minibatch whole on both paths)."""
     batch = synthetic_batch(5, batch_size=8)
-    m0, w0, used0 = _update(dense_dir, batch, logprob_chunk_tokens=0, pack_sequences=False)
-    m1, w1, used1 = _update(dense_dir, batch, logprob_chunk_tokens=9)
+    m0, w0, used0 = _update(dense_dir, batch, logprob_chunk_tokens=0, packing="off")
+    m1, w1, used1 = _update(dense_dir, batch, logprob_chunk_tokens=9, packing="on")
     assert used0 == (False, False) and used1 == (True, True)
     for key in ("loss", "clip_frac_tokens", "ratio_mean", "grad_norm", "entropy"):
         assert m1[key] == pytest.approx(m0[key], rel=1e-5, abs=1e-6), key

@@ -150,7 +150,7 @@ def test_shared_logprob_gradients_equal_the_plain_forward(dense_dir):
 # --------------------------------------------------------------------------------------------
 def _update(path: str, batch: FlatBatch, share: bool, **overrides):
     # the plain side keeps padded rows: the micro-batches are cut the same way on both sides
-    cfg = replace(CFG, share_prompt_prefix=share, pack_sequences=False, **overrides)
+    cfg = replace(CFG, share_prompt_prefix=share, packing="off", **overrides)
     learner = Learner(path, cfg)
     before = {k: v.detach().clone() for k, v in learner.model.state_dict().items()}
     on_policy = with_old_logprobs(batch, learner.compute_logprobs(batch), noise=0.02, seed=1)

@@ -25,7 +25,10 @@ class LearnerConfig:
     micro_batch_tokens: int = 4096  # tokens per forward/backward: packed, or rows x longest row
     # the output layer runs this many positions at a time (0: full [B, T, V] logits, as before)
     logprob_chunk_tokens: int = 1024
-    pack_sequences: bool = True  # one padding-free row per micro-batch where attention allows
+    # one padding-free row per micro-batch: auto where the attention kernel skips cross-document
+    # blocks (FlashAttention varlen, FlexAttention), on with any kernel that reads packed
+    # position ids (SDPA / eager: exact, but attention over the whole packed row), off
+    packing: str = "auto"
     temperature: float = 1.0  # the rollout temperature: log-probs are log_softmax(logits / T)
     activation_checkpointing: bool = False
     mixed_precision: MixedPrecision = (
@@ -61,6 +64,8 @@ class LearnerConfig:
         for name, value in positive.items():
             if not value > 0:
                 raise ValueError(f"LearnerConfig.{name} must be > 0, got {value!r}")
+        if self.packing not in ("auto", "on", "off"):
+            raise ValueError(f"LearnerConfig.packing={self.packing!r}; choose auto, on or off")
         if self.logprob_chunk_tokens < 0:
             raise ValueError(
                 "LearnerConfig.logprob_chunk_tokens must be >= 0 (0: full logits), "

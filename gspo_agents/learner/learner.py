@@ -89,7 +89,7 @@ class Learner:
         self._objective = get_objective(cfg.algorithm)
         self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
         self._head = TokenHead(self.model, cfg.temperature, cfg.logprob_chunk_tokens)
-        self._pack = cfg.pack_sequences and not self._share_prefix and self._packing_supported()
+        self._pack = cfg.packing != "off" and not self._share_prefix and self._packing_supported()
         self._off = cfg.off_policy
         if cfg.routing_replay and not self._routers.enabled:
             raise ValueError(
@@ -446,9 +446,10 @@ class Learner:
         return not off
 
     def _packing_supported(self) -> bool:
-        why = packing_unsupported(self.model, moe=self._routers.enabled)
-        if why and self.is_main:
-            log.warning("pack_sequences is off (padded micro-batches): %s", why)
+        why = packing_unsupported(self.model, self.cfg.packing, moe=self._routers.enabled)
+        if why and self.is_main:  # asked for explicitly: a warning; by default: for the record
+            level = logging.WARNING if self.cfg.packing == "on" else logging.INFO
+            log.log(level, "padded micro-batches (packing=%s): %s", self.cfg.packing, why)
         return why is None
 
     def _lr_factor(self, step: int) -> float:

@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--loss-agg", default="seq-mean-token-mean")
     p.add_argument("--routing-replay", action="store_true")
     p.add_argument("--logprob-chunk-tokens", type=int, default=LearnerConfig.logprob_chunk_tokens)
-    p.add_argument("--no-pack", action="store_true", help="padded micro-batches")
+    p.add_argument("--packing", default="auto", help="auto, on (any attention) or off")
     return p.parse_args()
 
 
@@ -67,7 +67,7 @@ def main() -> None:
         loss_agg=args.loss_agg,
         routing_replay=args.routing_replay,
         logprob_chunk_tokens=args.logprob_chunk_tokens,
-        pack_sequences=not args.no_pack,
+        packing=args.packing,
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
