@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seq-is-cap", type=float, default=None)
     p.add_argument("--loss-agg", default="seq-mean-token-mean")
     p.add_argument("--routing-replay", action="store_true")
-    p.add_argument("--logprob-chunk-tokens", type=int, default=LearnerConfig.logprob_chunk_tokens)
+    p.add_argument("--logprob-chunk-tokens", type=int, default=LearnerConfig().logprob_chunk_tokens)
     p.add_argument("--packing", default="auto", help="auto, on (any attention) or off")
     return p.parse_args()
 
