@@ -82,6 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the device's dense bf16 peak for MFU (H100/H200 SXM: 989)")  # fmt: skip
     p.add_argument("--timeout-s", type=float, default=3600, help="per point")
     p.add_argument("--json", default=None, help="also write the rows here")
+    p.add_argument("--table-from", nargs="+", default=None, metavar="JSON",
+                   help="print one table from rows that earlier runs wrote with --json, and exit")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -160,11 +162,12 @@ def worker(args) -> None:
     memory.reset()
     if cuda:
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     metrics = learner.update(batch)
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start  # on a shared CPU: other jobs stretch only wall
     params = sum(p.numel() for p in learner.model.parameters())
     row = {
         "path": args.path,
@@ -175,6 +178,7 @@ def worker(args) -> None:
         "peak_over_setup_gib": (memory.peak() - held) / 2**30,
         "s_per_update": seconds,
         "tokens_per_s": tokens / seconds,
+        "tokens_per_cpu_s": tokens / cpu_seconds,
         "entropy": metrics["entropy"],
         "skipped_steps": metrics["skipped_steps"],
         "params": params,
@@ -247,10 +251,13 @@ def table(rows: list[dict]) -> str:
             return "not run"
         if "failed" in r:
             return r["failed"]
+        if key not in r:
+            return "-"
         return format(r[key], fmt)
 
     head = "| tokens | today: peak over setup (GiB) | today: tokens/s "
     head += "| chunked: peak over setup (GiB) | chunked: tokens/s | peak ratio | speed ratio |"
+    head += " today: tokens/CPU-s | chunked: tokens/CPU-s |"
     if cuda:
         head += " today: MFU | chunked: MFU |"
     lines = [head, "|" + "---:|" * (head.count("|") - 1)]
@@ -262,7 +269,8 @@ def table(rows: list[dict]) -> str:
         line = (
             f"| {n} | {cell(old, 'peak_over_setup_gib', '.2f')} | {cell(old, 'tokens_per_s', '.0f')} "
             f"| {cell(new, 'peak_over_setup_gib', '.2f')} | {cell(new, 'tokens_per_s', '.0f')} "
-            f"| {ratio} | {speed} |"
+            f"| {ratio} | {speed} | {cell(old, 'tokens_per_cpu_s', '.0f')} "
+            f"| {cell(new, 'tokens_per_cpu_s', '.0f')} |"
         )
         if cuda:
             line += f" {cell(old, 'mfu', '.1%')} | {cell(new, 'mfu', '.1%')} |"
@@ -289,6 +297,9 @@ def main(argv=None) -> None:
         from gspo_agents.learner.parallel import run_then_exit
 
         run_then_exit(lambda: worker(args))
+    if args.table_from:
+        print(table([r for f in args.table_from for r in json.loads(Path(f).read_text())]))
+        return
     if args.warmup is None:
         args.warmup = int(args.device == "cuda")
     shape = args.shape or ("qwen3-1.7b" if args.device == "cuda" else "vocab151k-2x64")
