@@ -65,10 +65,16 @@ class TokenHead:
             box.append(self.stats(_last_hidden(output), input_ids))
 
         handle = self.model.get_decoder().register_forward_hook(hook)
+        none = _NONE.to(input_ids.device)
         try:
-            self.model(input_ids=input_ids, use_cache=False, logits_to_keep=_NONE, **model_kwargs)
+            self.model(input_ids=input_ids, use_cache=False, logits_to_keep=none, **model_kwargs)
         finally:
             handle.remove()
+        if len(box) != 1:
+            raise RuntimeError(
+                f"{type(self.model).__name__}: expected one forward of its decoder "
+                f"(get_decoder()), saw {len(box)}; set trainer.logprob_chunk_tokens=0"
+            )
         return box[0]
 
     @contextmanager
@@ -84,8 +90,8 @@ class TokenHead:
         finally:
             handle.remove()
 
-    def forward_kwargs(self) -> dict:
-        return {"logits_to_keep": _NONE} if self.chunked else {}
+    def forward_kwargs(self, device: torch.device) -> dict:
+        return {"logits_to_keep": _NONE.to(device)} if self.chunked else {}
 
     def stats(self, hidden_BTH: torch.Tensor, input_ids_BT: torch.Tensor) -> TokenStats:
         """Stats of tokens given the hidden states before the output layer (see TokenStats)."""

@@ -195,7 +195,7 @@ def _group_stats(head: TokenHead, ids_gT, attn_gT, p: int) -> TokenStats:
     ids_gT, attn_gT = ids_gT[:, :width], attn_gT[:, :width]
     prefix_1P = ids_gT[:1, :p]
     with head.hidden() as hidden:
-        out = model(input_ids=prefix_1P, use_cache=True, **head.forward_kwargs())
+        out = model(input_ids=prefix_1P, use_cache=True, **head.forward_kwargs(ids_gT.device))
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         if not _expand_cache(cache, g):
             _warn_unsupported(cache)
@@ -205,7 +205,7 @@ def _group_stats(head: TokenHead, ids_gT, attn_gT, p: int) -> TokenStats:
             attention_mask=attn_gT,
             use_cache=True,
             **_cache_kw(model, cache),
-            **head.forward_kwargs(),
+            **head.forward_kwargs(ids_gT.device),
         )
     # the first suffix token is predicted by the prefix's last position
     if head.chunked:
