@@ -123,6 +123,7 @@ class _ChunkedHead(torch.autograd.Function):
                 logp = z.sub_(logz[:, None])
                 ent_N[s:e] = -(logp.exp().mul_(logp)).sum(-1)
                 logz_N[s:e] = logz
+                del z, logp  # before the next chunk's logits exist: one chunk at a time
         ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N, logz_N, ent_N)
         ctx.spec = spec
         return lp_N, ent_N
@@ -159,6 +160,7 @@ class _ChunkedHead(torch.autograd.Function):
                     grad_w += g_out.t() @ h
                 if need_b:
                     grad_b += g_out.float().sum(0)
+                del logp, g_out  # (g_out may be logp itself, in fp32)
         return (
             grad_h,
             grad_w.to(weight_VH.dtype) if need_w else None,
