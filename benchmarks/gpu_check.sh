@@ -8,6 +8,11 @@
 #   bash benchmarks/gpu_check.sh                          # tiny + qwen3-0.6b shape, all GPUs
 #   SHAPES="qwen3-0.6b qwen3-1.7b" bash benchmarks/gpu_check.sh
 #   MODEL=/path/to/hf/dir NPROC=8 BATCH=64 bash benchmarks/gpu_check.sh
+#   MEMORY_CHECK=0 bash benchmarks/gpu_check.sh           # skip the long-trajectory memory table
+#
+# Then (unless MEMORY_CHECK=0) benchmarks/learner_memory.py on one GPU: one GSPO update of a single
+# trajectory of MEMORY_TOKENS (default 16384 65536) tokens on a random-init qwen3-1.7b shape
+# (MEMORY_SHAPE), today's full-logits path beside the chunked one: peak memory, tokens/s, MFU.
 #
 # Exits non-zero if there is no CUDA device, a run fails, or an optimizer step was skipped.
 set -euo pipefail
@@ -48,6 +53,13 @@ for model in "${MODELS[@]}"; do
     if [[ "$n" == "$NPROC" ]]; then break; fi
   done
 done
+
+if [[ "${MEMORY_CHECK:-1}" == 1 ]]; then
+  # shellcheck disable=SC2086
+  python benchmarks/learner_memory.py \
+    --device cuda --shape "${MEMORY_SHAPE:-qwen3-1.7b}" --tokens ${MEMORY_TOKENS:-16384 65536} \
+    --timeout-s "${MEMORY_TIMEOUT_S:-900}"
+fi
 
 python - "$OUT" <<'PY'
 import json, sys

@@ -6,7 +6,10 @@ One run, one table, all on the same model (the project's `tiny` Qwen3), the same
 - ours, 1 process   : `Learner.update` (GSPO, eps 3e-4 / 4e-4), all cores in one process
 - ours, N processes : the same under torchrun / FSDP2 (gloo on CPU), one core per process
 - floor             : a bare forward + backward (plain LM cross-entropy) + AdamW step per minibatch,
-                      same model, same padded tokens: what any trainer must at least spend
+                      same model, same tokens: what any trainer must at least spend. Its
+                      cross-entropy goes through the same chunked output layer as ours
+                      (`TokenHead`, `logprob_chunk_tokens`), not through full [T, V] logits, so
+                      the two differ by the GSPO bookkeeping only
 - TRL               : GRPOTrainer (importance_sampling_level="sequence", loss_type="grpo",
                       epsilon 3e-4 / epsilon_high 4e-4, steps_per_generation 4, beta 0), completions
                       forced to the same length; its optimizer steps are timed with generation (and
@@ -44,6 +47,12 @@ RANDOM_SHAPES = {
                        num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True),
     "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                        num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=True),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),
+    # Qwen3's vocabulary on a CPU-sized body: the output layer dominates (learner_memory.py)
+    "vocab151k-2x64": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           tie_word_embeddings=True),
 }  # fmt: skip
 
 
@@ -55,8 +64,9 @@ def write_random_model(shape: str) -> str:
     if (out / "config.json").exists():
         return str(out)
     config = Qwen3Config(
-        vocab_size=151936, head_dim=128, max_position_embeddings=40960, rope_theta=1_000_000,
-        rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645, **RANDOM_SHAPES[shape],
+        vocab_size=151936, max_position_embeddings=131072, rope_theta=1_000_000,
+        rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645,
+        **{"head_dim": 128, **RANDOM_SHAPES[shape]},
     )  # fmt: skip
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -202,10 +212,12 @@ def worker_ours(args) -> None:
 
 def make_floor(args, batch, learner):
     """A bare training step on the same tokens, device and precision as the learner (fp32 master
-    weights, bf16 autocast on CUDA): LM cross-entropy forward, backward, AdamW step."""
+    weights, bf16 autocast on CUDA): LM cross-entropy through the learner's chunked output
+    layer, forward, backward, AdamW step."""
     from transformers import AutoModelForCausalLM
 
     from gspo_agents.learner.batching import split_minibatches
+    from gspo_agents.learner.head import TokenHead
 
     device = learner.device
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device)
@@ -217,6 +229,8 @@ def make_floor(args, batch, learner):
     seq_len = batch.input_ids_BT.shape[1]
     rows_per_micro = max(1, args.micro_batch_tokens // seq_len) if args.micro_batch_tokens else None
 
+    head = TokenHead(model, 1.0, learner.cfg.logprob_chunk_tokens)
+
     def update() -> None:
         for rows in split_minibatches(batch.num_sequences, args.num_minibatches):
             rows = torch.as_tensor(rows)
@@ -224,8 +238,9 @@ def make_floor(args, batch, learner):
                 ids = batch.input_ids_BT[micro].to(device)
                 attn = batch.attention_mask_BT[micro].to(device)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    out = model(input_ids=ids, attention_mask=attn, labels=ids)
-                (out.loss * len(micro) / len(rows)).backward()
+                    lp_BT = head(ids, attention_mask=attn).logprobs_BT
+                nll = -(lp_BT[:, 1:] * attn[:, 1:]).sum() / attn[:, 1:].sum()
+                (nll * len(micro) / len(rows)).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
         if device.type == "cuda":

@@ -150,8 +150,11 @@ class TrainerConfig:
     max_grad_norm: float = 1.0
     num_minibatches: int = 4
     ppo_epochs: int = 1  # passes over each rollout batch (num_minibatches steps each)
-    micro_batch_tokens: int = 8192
+    micro_batch_tokens: int = 8192  # tokens per forward/backward (docs/sizing.md)
     share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
+    logprob_chunk_tokens: int = 1024  # output layer positions at a time (0: full logits)
+    packing: str = "auto"  # padding-free micro-batches: auto (varlen/flex attention), on, off
+    activation_checkpointing: bool = False  # recompute each decoder layer in backward
     nproc: int = 1
     seed: int = 0
     save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
@@ -212,6 +215,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
         "unsafe-local",
         "remote",
     ),  # fmt: skip
+    ("trainer", "packing"): ("auto", "on", "off"),
     ("algorithm", "name"): ("gspo", "gspo_token", "grpo"),
     ("algorithm", "loss_agg"): (
         "seq-mean-token-mean",
@@ -245,6 +249,7 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "steps"),
     ("trainer", "save_every_steps"),
     ("trainer", "warmup_steps"),
+    ("trainer", "logprob_chunk_tokens"),
     ("trainer", "max_failed_steps"),
     ("logger", "console_every_steps"),
     ("logger", "samples_every_steps"),

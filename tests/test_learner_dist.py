@@ -59,6 +59,25 @@ def test_two_gloo_processes_train_like_one(dense_dir, tmp_path):
         torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
 
 
+def test_chunked_packed_fsdp2_trains_like_todays_single_process(dense_dir, tmp_path):
+    # today's path (full logits, padded rows) in one process against the new one on 2 ranks: the
+    # output layer chunked inside the root module's forward (its weight gathered by FSDP2) and
+    # each rank's rows packed into one; a budget that keeps each rank's rows whole on both paths
+    common = ["--model", dense_dir, "--steps", "2", "--micro-batch-tokens", "4096"]
+    old = ["--logprob-chunk-tokens", "0", "--packing", "off"]
+    _single_process(*common, *old, "--out", str(tmp_path / "one"))
+    new = ["--logprob-chunk-tokens", "5", "--packing", "on"]  # sdpa: a dense document mask
+    torchrun(SCRIPT, *common, *new, "--out", str(tmp_path / "two"), nproc=2)
+    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "grad_norm", "clip_frac_tokens", "ratio_mean", "entropy"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert 0 < one[0]["entropy"] < math.log(300)
+    w1, w2 = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
+
+
 @pytest.mark.slow
 def test_sigkill_mid_training_then_resume_matches_uninterrupted(dense_dir, tmp_path):
     common = ["--model", dense_dir, "--steps", "5", "--save-every", "2"]

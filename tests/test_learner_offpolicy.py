@@ -95,9 +95,12 @@ def test_token_mean_aggregation_does_not_depend_on_the_micro_batch_cut(dense_dir
     _, small, _ = _run(
         dense_dir, _engine(0.0), algorithm="grpo", loss_agg="token-mean", micro_batch_tokens=24
     )
-    assert _max_diff(big, small) < 1e-5
+    # Adam divides each gradient element by its own magnitude: rounding noise in a near-zero
+    # element (packed micro-batches sum in another order) moves it by a small fraction of lr
+    same = 1e-2 * CFG.lr
+    assert _max_diff(big, small) < same
     _, mean_mean, _ = _run(dense_dir, _engine(0.0), algorithm="grpo")
-    assert _max_diff(big, mean_mean) > 1e-6
+    assert _max_diff(big, mean_mean) > 10 * same
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from test_advantages import multi_turn, turn_values
 
 from gspo_agents.batching import overlong_buffer_penalty, prepare_batch
 from gspo_agents.learner import Learner, LearnerConfig
-from gspo_agents.learner.regularizers import token_entropy
+from gspo_agents.logprobs import token_entropy
 from gspo_agents.objectives import kl_penalty, policy_loss
 from gspo_agents.offpolicy import OffPolicyConfig, behaviour_weights
 

@@ -1,7 +1,8 @@
 """How one rollout batch is cut for the learner, as pure functions on row indices.
 
 batch → `num_minibatches` minibatches (one optimizer step each) → this rank's rows of each →
-micro-batches under a padded-token budget (gradient accumulation). The loss of every micro-batch is
+micro-batches under a token budget (gradient accumulation): padded tokens (rows x longest row), or
+real tokens when the rows are packed into one (packing.py). The loss of every micro-batch is
 normalised by the size of its GLOBAL minibatch, so the cut changes nothing but memory and speed.
 """
 
@@ -49,3 +50,24 @@ def token_budget_microbatches(
     if current:
         out.append(current)
     return out
+
+
+def packed_microbatches(
+    rows: list[int], lengths: list[int], micro_batch_tokens: int
+) -> list[list[int]]:
+    """First-fit decreasing by real tokens: each micro-batch's lengths sum within the budget.
+
+    For packed (padding-free) micro-batches, where a row costs its own length only. A row longer
+    than the budget gets a micro-batch of its own.
+    """
+    order = sorted(range(len(rows)), key=lambda i: lengths[i], reverse=True)
+    bins: list[tuple[int, list[int]]] = []
+    for i in order:
+        fit = next(
+            (k for k, (used, _) in enumerate(bins) if used + lengths[i] <= micro_batch_tokens), -1
+        )
+        if fit < 0:
+            bins.append((lengths[i], [rows[i]]))
+        else:
+            bins[fit] = (bins[fit][0] + lengths[i], bins[fit][1] + [rows[i]])
+    return [members for _, members in bins]

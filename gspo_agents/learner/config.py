@@ -23,7 +23,13 @@ class LearnerConfig:
     warmup_steps: int = 0  # optimizer steps of linear warm-up, then constant
     max_grad_norm: float = 1.0  # clip the global grad norm to this; <= 0 disables clipping
     num_minibatches: int = 4  # optimizer steps per rollout batch
-    micro_batch_tokens: int = 4096  # padded tokens (rows x longest row) per forward/backward
+    micro_batch_tokens: int = 4096  # tokens per forward/backward: packed, or rows x longest row
+    # the output layer runs this many positions at a time (0: full [B, T, V] logits, as before)
+    logprob_chunk_tokens: int = 1024
+    # one padding-free row per micro-batch: auto where the attention kernel skips cross-document
+    # blocks (FlashAttention varlen, FlexAttention), on with any kernel that reads packed
+    # position ids (SDPA / eager: exact, but attention over the whole packed row), off
+    packing: str = "auto"
     temperature: float = 1.0  # the rollout temperature: log-probs are log_softmax(logits / T)
     activation_checkpointing: bool = False
     mixed_precision: MixedPrecision = (
@@ -89,6 +95,13 @@ class LearnerConfig:
             self.algorithm != "grpo" or not self.clip_ratio_c > 1
         ):
             raise ValueError("LearnerConfig.clip_ratio_c needs algorithm=grpo and a value > 1")
+        if self.packing not in ("auto", "on", "off"):
+            raise ValueError(f"LearnerConfig.packing={self.packing!r}; choose auto, on or off")
+        if self.logprob_chunk_tokens < 0:
+            raise ValueError(
+                "LearnerConfig.logprob_chunk_tokens must be >= 0 (0: full logits), "
+                f"got {self.logprob_chunk_tokens}"
+            )
         if self.warmup_steps < 0:
             raise ValueError(f"LearnerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.mixed_precision not in ("auto", "fp32", "bf16"):

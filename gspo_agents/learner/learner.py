@@ -2,10 +2,14 @@
 
 One `update(batch)` takes the same global rollout batch on every rank and makes
 `num_minibatches` optimizer steps. Each rank trains on its strided share of each minibatch, in
-micro-batches under a padded-token budget with gradient accumulation; every loss is normalised by
+micro-batches under a token budget with gradient accumulation; every loss is normalised by
 the GLOBAL minibatch size, so 1 rank and k ranks compute the same step (tests prove it).
-With `share_prompt_prefix` (single process, dense models) each group's common prompt is forwarded
-once per micro-batch instead of once per row (prefix.py); the step is the same up to rounding.
+Token log-probs come from the last hidden states through the output layer a chunk of positions at
+a time (head.py), so no [T, V] logits tensor outlives one chunk; a micro-batch's rows are packed
+into one padding-free row where the attention implementation allows (packing.py). With
+`share_prompt_prefix` (single process, dense models) each group's common prompt is forwarded
+once per micro-batch instead of once per row (prefix.py). Each path's step equals the plain
+full-logits, padded one up to rounding (tests).
 
 It does not know about engines, HTTP or environments: weights leave as an HF directory
 (`export_hf`) and trajectories arrive as a `FlatBatch`.
@@ -24,9 +28,15 @@ import torch
 from torch import nn
 
 from gspo_agents.learner import checkpoint
-from gspo_agents.learner.batching import rank_rows, split_minibatches, token_budget_microbatches
+from gspo_agents.learner.batching import (
+    packed_microbatches,
+    rank_rows,
+    split_minibatches,
+    token_budget_microbatches,
+)
 from gspo_agents.learner.config import LearnerConfig
 from gspo_agents.learner.errors import BatchError
+from gspo_agents.learner.head import TokenHead
 from gspo_agents.learner.moe import (
     RouterRecorder,
     changed_experts,
@@ -35,6 +45,7 @@ from gspo_agents.learner.moe import (
     routes_per_row,
     with_engine_routes,
 )
+from gspo_agents.learner.packing import pack, packing_unsupported
 from gspo_agents.learner.parallel import (
     ProcessInfo,
     all_reduce_,
@@ -44,11 +55,11 @@ from gspo_agents.learner.parallel import (
     shard_model,
     use_bf16,
 )
-from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_logprobs
+from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_stats
 from gspo_agents.learner.probe import PreUpdate, Probe, Rows, all_gather_floats, version_lag
-from gspo_agents.learner.regularizers import load_reference, token_entropy
-from gspo_agents.learner.stats import MinibatchStats, mean_over
-from gspo_agents.logprobs import token_logprobs
+from gspo_agents.learner.regularizers import load_reference
+from gspo_agents.learner.stats import MinibatchStats, masked_mean, mean_over
+from gspo_agents.logprobs import TokenStats
 from gspo_agents.objectives import get_objective, policy_loss
 from gspo_agents.offpolicy import behaviour_weights, mismatch_metrics, sequence_log_ratio
 from gspo_agents.trajectory import FlatBatch
@@ -92,6 +103,15 @@ class Learner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._objective = get_objective(cfg.algorithm)
         self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
+        self._ref_head = (  # the reference's log-probs by the same chunked path
+            TokenHead(self._ref, cfg.temperature, cfg.logprob_chunk_tokens)
+            if self._ref is not None
+            else None
+        )
+        self._head = TokenHead(
+            self.model, cfg.temperature, cfg.logprob_chunk_tokens, entropy_grad=cfg.entropy_coef > 0
+        )
+        self._pack = cfg.packing != "off" and not self._share_prefix and self._packing_supported()
         self._off = cfg.off_policy
         if cfg.routing_replay and not self._routers.enabled:
             raise ValueError(
@@ -166,20 +186,16 @@ class Learner:
     @torch.no_grad()
     def _reference_logprobs(self, batch: FlatBatch, lengths: list[int]) -> torch.Tensor:
         """The frozen reference's log-probs of every token, [B, T] on CPU (KL penalty)."""
-        assert self._ref is not None
+        assert self._ref_head is not None
         out_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
         mine = rank_rows(list(range(batch.num_sequences)), self.rank, self.world_size)
         for rows in self._synced_microbatches(batch, mine, lengths):
             mb = self._micro(batch, rows, lengths)
             ids_BT = mb.input_ids_BT.to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
-                logits = self._ref(
-                    input_ids=ids_BT, attention_mask=mb.attention_mask_BT.to(self.device)
-                ).logits
+                stats = self._ref_head(ids_BT, attention_mask=mb.attention_mask_BT.to(self.device))
             if rows is not None:
-                out_BT[rows, : ids_BT.shape[1]] = token_logprobs(
-                    logits, ids_BT, self.cfg.temperature
-                )
+                out_BT[rows, : ids_BT.shape[1]] = stats.logprobs_BT
         return all_reduce_(out_BT, self._info).cpu()
 
     @torch.no_grad()
@@ -301,13 +317,16 @@ class Learner:
                 self._routers.replay(routes_for_microbatch([pre.routes[0]], T, self._routers.top_k))
             record = probe is not None and micro_rows is not None and self._routers.enabled
             with self._routers.recording() if record else _null() as routes:
-                lp_BT, entropy_BT = self._policy_forward(mb)
+                tokens = self._token_stats(mb)
+            lp_BT = tokens.logprobs_BT
+            entropy_BT = tokens.entropy_BT if self.cfg.entropy_coef else None
             ref_BT = None
             if pre.ref_logprobs_BT is not None:
                 ref_BT = pre.ref_logprobs_BT[micro_rows, :T] if micro_rows is not None else lp_BT
             loss, metrics = self._loss(
                 lp_BT, mb, len(rows), weights, num_tokens, ref_BT, entropy_BT
             )
+            metrics["entropy"] = masked_mean(tokens.entropy_BT.detach(), mb.loss_mask_BT)
             # FSDP averages gradients over ranks; the loss is already a share of the global
             # minibatch, so scale back up to make the reduction a sum.
             (loss * self.world_size).backward()
@@ -369,29 +388,22 @@ class Learner:
             entropy_coef=c.entropy_coef,
         )
 
-    def _policy_forward(self, mb: FlatBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs [B, T], and the per-token entropy when the entropy bonus is on."""
-        if not self.cfg.entropy_coef:
-            return self._logprobs(mb)[0], None
-        ids_BT = mb.input_ids_BT.to(self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
-            logits = self.model(
-                input_ids=ids_BT, attention_mask=mb.attention_mask_BT.to(self.device)
-            ).logits
-        T = self.cfg.temperature
-        return token_logprobs(logits, ids_BT, T), token_entropy(logits, T)
-
     def _logprobs(self, mb: FlatBatch) -> tuple[torch.Tensor, int]:
+        return self._token_stats(mb).logprobs_BT, mb.input_ids_BT.shape[1]
+
+    def _token_stats(self, mb: FlatBatch) -> TokenStats:
+        """Log-probs and entropies [B, T] of a micro-batch's tokens (0 at position 0 and on
+        padding), with gradient; packed into one row, prefix-shared or padded as configured."""
         ids_BT = mb.input_ids_BT.to(self.device)
         attn_BT = mb.attention_mask_BT.to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
             if self._share_prefix:
-                lp_BT = shared_prefix_logprobs(self.model, ids_BT, attn_BT, self.cfg.temperature)
-                return lp_BT, ids_BT.shape[1]
-            logits_BTV = self.model(
-                input_ids=ids_BT, attention_mask=attn_BT, use_cache=False
-            ).logits
-        return token_logprobs(logits_BTV, ids_BT, self.cfg.temperature), ids_BT.shape[1]
+                return shared_prefix_stats(self._head, ids_BT, attn_BT)
+            if self._pack:
+                packed = pack(ids_BT, attn_BT.sum(dim=1).tolist())
+                stats = self._head(packed.input_ids_1N, position_ids=packed.position_ids_1N)
+                return TokenStats(*(packed.unpack(x) for x in stats))
+            return self._head(ids_BT, attention_mask=attn_BT)
 
     # ----------------------------------------------------------------------------------------
     # micro-batches
@@ -407,6 +419,8 @@ class Learner:
         if self._share_prefix:  # keep each prompt group together: its prefix counts once
             seqs = [batch.input_ids_BT[r, : lengths[r]].tolist() for r in rows]
             micro: list[Rows] = list(plan_microbatches(rows, seqs, budget))
+        elif self._pack:  # a row costs its own length
+            micro = list(packed_microbatches(rows, [lengths[r] for r in rows], budget))
         else:
             micro = list(token_budget_microbatches(rows, [lengths[r] for r in rows], budget))
         count = torch.tensor([len(micro)], device=self.device)
@@ -501,6 +515,13 @@ class Learner:
         if off and self.is_main:
             log.warning("share_prompt_prefix is off: not supported with %s", "; ".join(off))
         return not off
+
+    def _packing_supported(self) -> bool:
+        why = packing_unsupported(self.model, self.cfg.packing, moe=self._routers.enabled)
+        if why and self.is_main:  # asked for explicitly: a warning; by default: for the record
+            level = logging.WARNING if self.cfg.packing == "on" else logging.INFO
+            log.log(level, "padded micro-batches (packing=%s): %s", self.cfg.packing, why)
+        return why is None
 
     def _lr_factor(self, step: int) -> float:
         warmup = self.cfg.warmup_steps

@@ -31,7 +31,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from gspo_agents.learner.batching import token_budget_microbatches
-from gspo_agents.logprobs import token_logprobs
+from gspo_agents.learner.head import TokenHead
+from gspo_agents.logprobs import TokenStats
 
 log = logging.getLogger(__name__)
 
@@ -144,59 +145,83 @@ def _chunks(group: PrefixGroup, seqs: list[list[int]], budget: int):
 # the forward
 # ---------------------------------------------------------------------------------------------
 def shared_prefix_logprobs(
-    model: nn.Module, ids_BT: torch.Tensor, attn_BT: torch.Tensor, temperature: float
+    model: nn.Module,
+    ids_BT: torch.Tensor,
+    attn_BT: torch.Tensor,
+    temperature: float,
+    chunk_tokens: int = 0,
 ) -> torch.Tensor:
     """Token log-probs [B, T] of right-padded rows, each sharing group's prefix forwarded once.
 
     Equal to `token_logprobs(model(ids_BT).logits, ids_BT)` on real tokens; padded positions hold 0.
     """
+    return shared_prefix_stats(TokenHead(model, temperature, chunk_tokens), ids_BT, attn_BT)[0]
+
+
+def shared_prefix_stats(head: TokenHead, ids_BT: torch.Tensor, attn_BT: torch.Tensor) -> TokenStats:
+    """`TokenStats` of right-padded rows, each sharing group's prefix forwarded once."""
     B, T = ids_BT.shape
     lengths = attn_BT.sum(dim=1).tolist()
     seqs = [ids_BT[b, : lengths[b]].tolist() for b in range(B)]
     groups, singles = plan_groups(seqs)
     order: list[int] = []
-    parts: list[torch.Tensor] = []
+    parts: list[TokenStats] = []
     for group in groups:
         rows = list(group.rows)
-        lp = _group_logprobs(model, ids_BT[rows], attn_BT[rows], group.prefix_len, temperature)
+        stats = _group_stats(head, ids_BT[rows], attn_BT[rows], group.prefix_len)
         order += rows
-        parts.append(F.pad(lp, (0, T - lp.shape[1])))
+        parts.append(stats)
     if singles:
         width = max(lengths[b] for b in singles)
         ids, attn = ids_BT[singles, :width], attn_BT[singles, :width]
-        lp = _plain_logprobs(model, ids, attn, temperature)
         order += singles
-        parts.append(F.pad(lp, (0, T - width)))
-    lp_BT = torch.cat(parts) * attn_BT[order].to(parts[0].dtype)
+        parts.append(head(ids, attention_mask=attn))
+    keep = attn_BT[order].to(torch.float32)
     inverse = torch.empty(B, dtype=torch.long, device=ids_BT.device)
     inverse[torch.tensor(order, device=ids_BT.device)] = torch.arange(B, device=ids_BT.device)
-    return lp_BT.index_select(0, inverse)
+
+    def assemble(field: int) -> torch.Tensor:
+        x_BT = torch.cat([F.pad(p[field], (0, T - p[field].shape[1])) for p in parts]) * keep
+        return x_BT.index_select(0, inverse)
+
+    return TokenStats(assemble(0), assemble(1))
 
 
-def _plain_logprobs(model: nn.Module, ids_BT, attn_BT, temperature: float) -> torch.Tensor:
-    logits_BTV = model(input_ids=ids_BT, attention_mask=attn_BT, use_cache=False).logits
-    return token_logprobs(logits_BTV, ids_BT, temperature)
-
-
-def _group_logprobs(model: nn.Module, ids_gT, attn_gT, p: int, temperature: float):
-    """[g, P + S] log-probs of rows sharing their first p tokens: prefix once, suffixes on top."""
+def _group_stats(head: TokenHead, ids_gT, attn_gT, p: int) -> TokenStats:
+    """[g, P + S] stats of rows sharing their first p tokens: prefix once, suffixes on top."""
+    model = head.model
     g = ids_gT.shape[0]
     width = int(attn_gT.sum(dim=1).max())
     ids_gT, attn_gT = ids_gT[:, :width], attn_gT[:, :width]
     prefix_1P = ids_gT[:1, :p]
-    out = model(input_ids=prefix_1P, use_cache=True)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-    if not _expand_cache(cache, g):
-        _warn_unsupported(cache)
-        return _plain_logprobs(model, ids_gT, attn_gT, temperature)
-    suffix = model(
-        input_ids=ids_gT[:, p:], attention_mask=attn_gT, use_cache=True, **_cache_kw(model, cache)
+    with head.hidden() as hidden:
+        out = model(input_ids=prefix_1P, use_cache=True, **head.forward_kwargs(ids_gT.device))
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        if not _expand_cache(cache, g):
+            _warn_unsupported(cache)
+            return head(ids_gT, attention_mask=attn_gT)
+        suffix = model(
+            input_ids=ids_gT[:, p:],
+            attention_mask=attn_gT,
+            use_cache=True,
+            **_cache_kw(model, cache),
+            **head.forward_kwargs(ids_gT.device),
+        )
+    # the first suffix token is predicted by the prefix's last position
+    if head.chunked:
+        prefix_stats = head.stats(hidden[0], prefix_1P)
+        h_gSH = torch.cat([hidden[0][:, -1:].expand(g, -1, -1), hidden[1]], dim=1)
+        suffix_stats = head.stats(h_gSH, ids_gT[:, p - 1 :])
+    else:
+        prefix_stats = head.from_logits(out.logits, prefix_1P)
+        logits_gSV = torch.cat([out.logits[:, -1:].expand(g, -1, -1), suffix.logits], dim=1)
+        suffix_stats = head.from_logits(logits_gSV, ids_gT[:, p - 1 :])
+    return TokenStats(
+        *(
+            torch.cat([pre.expand(g, -1), suf[:, 1:]], dim=1)
+            for pre, suf in zip(prefix_stats, suffix_stats, strict=True)
+        )
     )
-    lp_prefix_1P = token_logprobs(out.logits, prefix_1P, temperature)
-    # the first suffix token is predicted by the prefix's last logit
-    logits_gSV = torch.cat([out.logits[:, -1:].expand(g, -1, -1), suffix.logits], dim=1)
-    lp_suffix_gS = token_logprobs(logits_gSV, ids_gT[:, p - 1 :], temperature)[:, 1:]
-    return torch.cat([lp_prefix_1P.expand(g, -1), lp_suffix_gS], dim=1)
 
 
 def _expand_cache(cache, g: int) -> bool:

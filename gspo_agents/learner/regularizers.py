@@ -1,5 +1,5 @@
-"""What the KL penalty and the entropy bonus need from models: the frozen reference policy and
-the per-token entropy. The loss terms themselves are pure functions in `gspo_agents.objectives`.
+"""What the KL penalty needs from models: the frozen reference policy (the per-token entropy of
+the entropy bonus comes from the chunked head, `gspo_agents.logprobs`). The loss terms themselves are pure functions in `gspo_agents.objectives`.
 
 The reference is the model the learner starts from (the cold-start / SFT weights, `model_path`),
 held frozen on every learner rank (sharded like the policy under FSDP): one more copy of the
@@ -14,15 +14,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
-
-def token_entropy(logits_BTV: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Entropy of the sampling distribution softmax(logits / T) that produced each token, aligned
-    like `gspo_agents.logprobs.token_logprobs` ([B, T], position 0 is 0); carries the gradient."""
-    logits = logits_BTV[:, :-1].float() / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    entropy = -(logp.exp() * logp).sum(dim=-1)
-    return torch.nn.functional.pad(entropy, (1, 0), value=0.0)
 
 
 def load_reference(

@@ -13,9 +13,9 @@ import torch.distributed as dist
 
 from gspo_agents.learner.parallel import ProcessInfo, all_reduce_
 
-TOKEN_WEIGHTED = ("clip_frac_tokens", "approx_kl")
-# reported only when their option is on (KL penalty, entropy bonus, dual clip)
-OPTIONAL_TOKEN_WEIGHTED = ("kl_ref", "entropy", "dual_clip_frac_tokens")
+TOKEN_WEIGHTED = ("clip_frac_tokens", "approx_kl", "entropy")
+# reported only when their option is on (KL penalty, dual clip)
+OPTIONAL_TOKEN_WEIGHTED = ("kl_ref", "dual_clip_frac_tokens")
 SEQ_WEIGHTED = ("clip_frac_seqs",)
 
 
@@ -66,6 +66,12 @@ class MinibatchStats:
         out["num_tokens"] = total["num_tokens"]
         out["num_seqs"] = total["num_seqs"]
         return out
+
+
+def masked_mean(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Mean of x over the positions where mask is 1 (0 when there are none)."""
+    mask = mask_BT.to(x_BT.device, x_BT.dtype)
+    return (x_BT * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def mean_over(dicts: list[dict[str, float]]) -> dict[str, float]:

@@ -14,7 +14,9 @@ from gspo_agents.trajectory import FlatBatch
 VOCAB = 300
 
 
-def build_tiny_model(out_dir: str | Path, moe: bool = False, seed: int = 0) -> str:
+def build_tiny_model(
+    out_dir: str | Path, moe: bool = False, seed: int = 0, tie: bool = True
+) -> str:
     """A 2-layer, hidden-64 model with random weights, saved as an HF directory."""
     from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
@@ -26,7 +28,7 @@ def build_tiny_model(out_dir: str | Path, moe: bool = False, seed: int = 0) -> s
         num_key_value_heads=2,
         head_dim=16,
         max_position_embeddings=256,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie,
         pad_token_id=0,
         eos_token_id=1,
     )

@@ -49,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kl-coef", type=float, default=0.0)
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--ppo-epochs", type=int, default=1)
+    p.add_argument("--logprob-chunk-tokens", type=int, default=LearnerConfig().logprob_chunk_tokens)
+    p.add_argument("--packing", default="auto", help="auto, on (any attention) or off")
     return p.parse_args()
 
 
@@ -70,6 +72,8 @@ def main() -> None:
         kl_coef=args.kl_coef,
         entropy_coef=args.entropy_coef,
         ppo_epochs=args.ppo_epochs,
+        logprob_chunk_tokens=args.logprob_chunk_tokens,
+        packing=args.packing,
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
