@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import pytest
 
 import sandbox
 from envs.codeagent.env import CodeAgentEnv
 from envs.codeagent.tasks import build_tasks
-from envs.errors import InfraError
+from tests.envs.episode_util import reset_or_fail
 
 BACKENDS = ("bubblewrap", "docker")
 TASK = next(t for t in build_tasks() if t["id"] == "add-easy")  # calc.add: `a - b` -> `a + b`
@@ -101,13 +100,7 @@ def call(name: str, **arguments) -> str:
 async def _episode(backend: str, command: str, **kw) -> tuple[float, dict, str]:
     env = CodeAgentEnv(backend=backend, exec_timeout_s=20.0, max_turns=3, **kw)
     try:
-        try:
-            await env.areset(options={"task": TASK})
-        except InfraError as exc:
-            message = f"session backend {backend!r} unavailable: {exc}"
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail(message)
-            pytest.skip(message)
+        await reset_or_fail(env, TASK, backend)
         action = call("bash", command=f"cd /workspace/repo && {command}")
         obs, reward, term, _, info = await env.astep(action)
         seen = obs[0]["content"] if obs else ""
