@@ -14,7 +14,6 @@ prints one row per instance and exits 1 when any instance is broken.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,18 +24,31 @@ from envs.swe.repo import PatchError, apply_patch, materialize
 
 __all__ = ["Validation", "parse_pytest_log", "validate"]
 
-_STATUSES = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL", "XPASS")
-_LINE = re.compile(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (\S+?::\S.*?)(?: - .*)?$")
+_STATUSES = ("PASSED", "FAILED", "ERROR", "XFAIL", "XPASS")
 
 
 def parse_pytest_log(log: str) -> dict[str, str]:
-    """SWE-bench's pytest log parser: the `-rA` summary lines `STATUS nodeid [- message]`."""
+    """SWE-bench's pytest log parser: the `-rA` summary lines `STATUS nodeid [- message]`. A
+    parametrized id may itself hold " - " inside its brackets; the message starts after them."""
     out: dict[str, str] = {}
-    for line in log.splitlines():
-        match = _LINE.match(line.strip())
-        if match:
-            out[match.group(2)] = match.group(1)
+    for raw in log.splitlines():
+        status, _, rest = raw.strip().partition(" ")
+        if status not in _STATUSES or "::" not in rest:
+            continue
+        out[_node_id(rest)] = status
     return out
+
+
+def _node_id(rest: str) -> str:
+    depth = 0
+    for i, ch in enumerate(rest):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and rest.startswith(" - ", i):
+            return rest[:i]
+    return rest
 
 
 @dataclass(frozen=True, slots=True)
