@@ -41,7 +41,7 @@ def gold_edits(patch: str) -> list[tuple[str, str, str]]:
             flush()
             in_hunk, old, new = False, [], []
             target = line[4:].strip()
-            path = target[2:] if target.startswith("b/") else target
+            path = target[2:] if target.startswith(("a/", "b/")) else target
         elif line.startswith("@@"):
             flush()
             in_hunk, old, new = True, [], []

@@ -57,6 +57,9 @@ def judge(run: TestRun, inst: Instance) -> Verdict:
     if run.statuses is None:
         why = "the tests timed out" if run.timed_out else "the test run printed no result"
         return Verdict(False, 0.0, required, why)
+    if "__tampered__" in run.statuses:
+        why = f"the code under test replaced test machinery ({run.statuses['__tampered__']})"
+        return Verdict(False, 0.0, required, why)
     failed = tuple(t for t in required if run.statuses.get(t) not in SUCCESS)
     fraction = 1 - len(failed) / len(required)
     if not failed:

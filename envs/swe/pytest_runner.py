@@ -40,7 +40,65 @@ def _status(report, seen):
     return status
 
 
+# Modules whose functions and classes decide outcomes: every function, class and method in them
+# (and in the classes they define) is compared by identity after the run, as are builtins.
+_GUARDED = (
+    "_pytest.runner",
+    "_pytest.reports",
+    "_pytest.python",
+    "_pytest.main",
+    "_pytest.outcomes",
+    "_pytest.skipping",
+    "_pytest.unittest",
+    "_pytest.nodes",
+    "_pytest.fixtures",
+    "pluggy._callers",
+    "pluggy._hooks",
+    "pluggy._manager",
+    "pluggy._result",
+    "builtins",
+)
+# pytest itself replaces these during an ordinary run (measured on pytest 9.0)
+_CHANGED_BY_PYTEST = {"_pytest.fixtures.FixtureFunctionMarker.__call__"}
+
+
+def _guardable(value):
+    return callable(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def _snapshot():
+    """{label: (namespace, key, object)} for every callable or descriptor in the guarded modules
+    and in the classes they define, read through __dict__ so descriptors compare as themselves."""
+    import importlib
+
+    out = {}
+    for module_name in _GUARDED:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        out[f"sys.modules[{module_name}]"] = (sys.modules, module_name, module)
+        for key, value in list(vars(module).items()):
+            if not _guardable(value):
+                continue
+            out[f"{module_name}.{key}"] = (module, key, value)
+            if isinstance(value, type) and value.__module__ == module_name:
+                for attr, member in list(vars(value).items()):
+                    label = f"{module_name}.{key}.{attr}"
+                    if _guardable(member) and label not in _CHANGED_BY_PYTEST:
+                        out[label] = (value, attr, member)
+    return out
+
+
+def _lookup(where, name):
+    try:
+        return where.get(name) if isinstance(where, dict) else vars(where).get(name)
+    except BaseException:  # noqa: BLE001 - an unreadable namespace is a change
+        return None
+
+
 def main():
+    dumps, write, exit_now = json.dumps, os.write, os._exit  # before any repository code runs
     nonce_path, bundle, log_path = sys.argv[1:4]
     with open(nonce_path) as fh:
         nonce = fh.read().strip()
@@ -57,6 +115,7 @@ def main():
     import pytest
 
     seen = {}
+    guarded = _snapshot()
 
     class Reporter:
         def pytest_runtest_logreport(self, report):
@@ -69,15 +128,18 @@ def main():
         import traceback
 
         traceback.print_exc()
+    tampered = [label for label, (ns, key, obj) in guarded.items() if _lookup(ns, key) is not obj]
+    if tampered:  # the code under test replaced part of the test machinery: nothing is trusted
+        seen = {"__tampered__": ",".join(tampered[:5])}
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001 - a test may have replaced or closed it
             pass
-    line = f"\n{nonce} {json.dumps(seen)}\n".encode()
+    line = f"\n{nonce} {dumps(seen)}\n".encode()
     while line:
-        line = line[os.write(channel, line) :]
-    os._exit(0)
+        line = line[write(channel, line) :]
+    exit_now(0)
 
 
 main()
