@@ -137,7 +137,7 @@ class CodeAgentEnv(ToolEnv):
             from sandbox import Sandbox, SandboxError
 
             try:
-                self._sandbox = await asyncio.to_thread(Sandbox.create, self._backend)
+                self._sandbox = await asyncio.to_thread(Sandbox.create, self._backend)  # type: ignore[arg-type]
             except SandboxError as exc:
                 raise InfraError(f"could not create CodeAgent's grading sandbox: {exc}") from exc
         return self._sandbox

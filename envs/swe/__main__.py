@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-async def _run(instances, backend, concurrency):  # type: ignore[no-untyped-def]
+async def _run(instances, backend, concurrency):
     import sandbox
 
     try:
