@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,8 @@ def issue_text(project: Project, module: str, mutation: Mutation, log: str) -> s
         "",
     )
     error = re.sub(r"\s+", " ", error)[:200]
+    if "test" in error.lower() or "::" in error:  # never quote the tests themselves
+        error = ""
     lines = [
         f"{what} in {project.name} {project.version} behaves incorrectly",
         "",
@@ -203,19 +206,22 @@ def issue_text(project: Project, module: str, mutation: Mutation, log: str) -> s
     return "\n".join(lines)
 
 
-def build(sdists: Path, per_project: int, seed: int, workers: int = 3) -> list[dict]:
-    rows: list[dict[str, Any]] = []
+def build(sdists: Path, per_project: int, seed: int, out: Path, workers: int = 3) -> int:
+    """Screen every project's targets; each kept row is appended to `out` at once."""
+    count = 0
     for project in PROJECTS:
         tree = prepare(project, sdists)
         quota = -(-per_project // len(project.targets))
         for module, files in project.targets.items():
-            found = screen(project, tree, module, files, seed, quota, workers)
-            rows += [row(project, len(rows) + i, *item) for i, item in enumerate(found)]
-            print(f"{project.name}: {module}: {len(found)} kept", flush=True)
-    return rows
+            for item in screen(project, tree, module, files, seed, quota, workers):
+                with out.open("a") as fh:
+                    fh.write(json.dumps(row(project, count, *item)) + "\n")
+                count += 1
+            print(f"{project.name}: {module}: {count} rows so far", flush=True)
+    return count
 
 
-def screen(project, tree, module, files, seed, quota, workers):
+def screen(project, tree, module, files, seed, quota, workers) -> Iterator[tuple[Any, ...]]:
     """Try candidates `workers` at a time (each on its own copy of the tree) until `quota`."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -245,14 +251,15 @@ def screen(project, tree, module, files, seed, quota, workers):
             for start in range(0, len(candidates), workers):
                 batch = list(zip(copies, candidates[start : start + workers], strict=False))
                 for mutation, (statuses, log) in pool.map(attempt, batch):
+                    print(f"  {module}: tried {mutation.kind} line {mutation.lineno}", flush=True)
                     f2p = [t for t in passing if statuses.get(t) != "PASSED"]
                     if 1 <= len(f2p) <= 20 and len(found) < quota:
                         p2p = [t for t in passing if statuses.get(t) == "PASSED"]
                         p2p = sorted(random.Random(seed).sample(p2p, min(60, len(p2p))))
                         found.append((module, files, mutation, source, f2p, p2p, log))
+                        yield found[-1]
                 if len(found) >= quota:
                     break
-    return found
 
 
 def row(project, index, module, files, mutation, source, f2p, p2p, log) -> dict:
@@ -275,9 +282,10 @@ def main() -> None:
     parser.add_argument("--per-project", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    rows = build(args.sdists, args.per_project, args.seed)
-    (DATA / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print(f"wrote {len(rows)} instances to {DATA / 'instances.jsonl'}")
+    out = DATA / "instances.jsonl"
+    out.unlink(missing_ok=True)
+    count = build(args.sdists, args.per_project, args.seed, out)
+    print(f"wrote {count} instances to {out}")
 
 
 if __name__ == "__main__":
