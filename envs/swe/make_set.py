@@ -7,7 +7,8 @@ For each project in PROJECTS: the kept files of its sdist (package source, its o
 a src/ layout is flattened) go to envs/swe/data/repos/NAME-VERSION/. Then candidate bugs from
 mutate.py are tried one at a time on the host: the project's test files for that module run
 before (pristine) and after the mutation through the same pytest runner the grader uses. A
-candidate is kept when 1..20 tests that passed now fail (FAIL_TO_PASS); PASS_TO_PASS is a seeded
+candidate is kept when at least one and at most 80% of the tests that passed now fail
+(FAIL_TO_PASS); PASS_TO_PASS is a seeded
 sample (at most 60) of the tests that pass both times. Rows use the SWE-smith layout (`patch`
 introduces the bug) plus repo_path and test_files, written to envs/swe/data/instances.jsonl.
 The issue text describes the symptom as a user would (the function, what goes wrong, the error
@@ -170,6 +171,8 @@ def run_host(tree: Path, files: tuple[str, ...]) -> tuple[dict[str, str], str]:
             capture_output=True,
             text=True,
             timeout=600,
+            # as in the sandbox: no plugins from the host's site-packages
+            env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
         )
         log = (Path(tmp) / "log").read_text(errors="replace")
     line = next(x for x in out.stdout.splitlines() if x.startswith(nonce + " "))
@@ -225,8 +228,6 @@ def screen(project, tree, module, files, seed, quota, workers) -> Iterator[tuple
     """Try candidates `workers` at a time (each on its own copy of the tree) until `quota`."""
     from concurrent.futures import ThreadPoolExecutor
 
-    baseline, _ = run_host(tree, files)
-    passing = sorted(t for t, s in baseline.items() if s == "PASSED")
     source = (tree / module).read_text()
     order = {"flip_compare": 0, "drop_branch": 1, "flip_binop": 2, "swap_operands": 3}
     candidates = sorted(
@@ -237,6 +238,9 @@ def screen(project, tree, module, files, seed, quota, workers) -> Iterator[tuple
         for i in range(workers):
             copies.append(Path(tmp) / str(i))
             shutil.copytree(tree, copies[-1])
+        # outside this repository: pytest must not take its rootdir from our pyproject.toml
+        baseline, _ = run_host(copies[0], files)
+        passing = sorted(t for t, s in baseline.items() if s == "PASSED")
 
         def attempt(args):
             copy, mutation = args
@@ -251,9 +255,15 @@ def screen(project, tree, module, files, seed, quota, workers) -> Iterator[tuple
             for start in range(0, len(candidates), workers):
                 batch = list(zip(copies, candidates[start : start + workers], strict=False))
                 for mutation, (statuses, log) in pool.map(attempt, batch):
-                    print(f"  {module}: tried {mutation.kind} line {mutation.lineno}", flush=True)
                     f2p = [t for t in passing if statuses.get(t) != "PASSED"]
-                    if 1 <= len(f2p) <= 20 and len(found) < quota:
+                    print(
+                        f"  {module}: {mutation.kind} line {mutation.lineno}: "
+                        f"{len(f2p)}/{len(passing)} caught",
+                        flush=True,
+                    )
+                    f2p = [t for t in passing if statuses.get(t) != "PASSED"]
+                    # caught, but not everything broken (an import error is not a bug to fix)
+                    if 1 <= len(f2p) <= 0.8 * len(passing) and len(found) < quota:
                         p2p = [t for t in passing if statuses.get(t) == "PASSED"]
                         p2p = sorted(random.Random(seed).sample(p2p, min(60, len(p2p))))
                         found.append((module, files, mutation, source, f2p, p2p, log))

@@ -121,7 +121,16 @@ def main():
         def pytest_runtest_logreport(self, report):
             seen[report.nodeid] = _status(report, seen)
 
-    args = sys.argv[4:] + ["-p", "no:cacheprovider", "-p", "no:randomly", "-rA", "-q"]
+    args = sys.argv[4:] + [
+        "--rootdir",
+        os.getcwd(),
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-rA",
+        "-q",
+    ]
     try:
         pytest.main(args, plugins=[Reporter()])
     except BaseException:  # noqa: BLE001 - whatever the code did, report what ran so far
