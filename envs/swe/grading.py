@@ -40,7 +40,7 @@ SUCCESS = ("PASSED", "XFAIL")
 class TestRun:
     __test__ = False
     statuses: dict[str, str] | None  # nodeid -> status; None: no result line (run died/hung)
-    log: str  # pytest's output (the tail), for people and the log parser
+    log: str  # pytest's output (up to 8 MiB), for people and the log parser
     timed_out: bool = False
 
 
@@ -128,7 +128,7 @@ async def run_tests(
             if isinstance(parsed, dict):
                 statuses = {str(k): str(v) for k, v in parsed.items()}
             break
-    return TestRun(statuses, log[-20000:], timed_out=result.timed_out)
+    return TestRun(statuses, log, timed_out=result.timed_out)
 
 
 def _quote(arg: str) -> str:

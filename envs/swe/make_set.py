@@ -75,7 +75,14 @@ PROJECTS = (
         "toolz",
         "1.2.0",
         "BSD-3-Clause",
-        ("toolz/*.py", "toolz/curried/*.py", "toolz/tests/*.py", "tlz/*.py", "LICENSE.txt"),
+        (
+            "toolz/*.py",
+            "toolz/curried/*.py",
+            "toolz/sandbox/*.py",
+            "toolz/tests/*.py",
+            "tlz/*.py",
+            "LICENSE.txt",
+        ),
         {
             "toolz/itertoolz.py": ("toolz/tests/test_itertoolz.py",),
             "toolz/dicttoolz.py": ("toolz/tests/test_dicttoolz.py",),
@@ -154,29 +161,36 @@ def run_host(tree: Path, files: tuple[str, ...]) -> tuple[dict[str, str], str]:
     nonce = secrets.token_hex(8)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "nonce").write_text(nonce)
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-I",
-                "-B",
-                str(RUNNER),
-                f"{tmp}/nonce",
-                str(pytest_bundle()),
-                f"{tmp}/log",
-                "-o",
-                "addopts=",
-                *files,
-            ],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            # as in the sandbox: no plugins from the host's site-packages
-            env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
-        )
+        try:
+            out = _run_runner(tree, files, tmp)
+        except subprocess.TimeoutExpired:  # a mutation that loops forever: not a usable bug
+            return {}, "timed out"
         log = (Path(tmp) / "log").read_text(errors="replace")
-    line = next(x for x in out.stdout.splitlines() if x.startswith(nonce + " "))
-    return json.loads(line[len(nonce) + 1 :]), log
+    line = next((x for x in out.stdout.splitlines() if x.startswith(nonce + " ")), None)
+    return (json.loads(line[len(nonce) + 1 :]) if line else {}), log
+
+
+def _run_runner(tree: Path, files: tuple[str, ...], tmp: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-B",
+            str(RUNNER),
+            f"{tmp}/nonce",
+            str(pytest_bundle()),
+            f"{tmp}/log",
+            "-o",
+            "addopts=",
+            *files,
+        ],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        # as in the sandbox: no plugins from the host's site-packages
+        env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
 
 
 def bug_patch(path: str, before: str, after: str) -> str:
@@ -209,10 +223,20 @@ def issue_text(project: Project, module: str, mutation: Mutation, log: str) -> s
     return "\n".join(lines)
 
 
-def build(sdists: Path, per_project: int, seed: int, out: Path, workers: int = 3) -> int:
+def build(
+    sdists: Path,
+    per_project: int,
+    seed: int,
+    out: Path,
+    workers: int = 3,
+    only: list[str] | None = None,
+    start: int = 0,
+) -> int:
     """Screen every project's targets; each kept row is appended to `out` at once."""
-    count = 0
+    count = start
     for project in PROJECTS:
+        if only and project.name not in only:
+            continue
         tree = prepare(project, sdists)
         quota = -(-per_project // len(project.targets))
         for module, files in project.targets.items():
@@ -288,13 +312,17 @@ def row(project, index, module, files, mutation, source, f2p, p2p, log) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m envs.swe.make_set")
+    parser.add_argument("--only", nargs="*", help="project names (default: all)")
+    parser.add_argument("--append", action="store_true", help="add to instances.jsonl")
     parser.add_argument("sdists", type=Path)
     parser.add_argument("--per-project", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     out = DATA / "instances.jsonl"
-    out.unlink(missing_ok=True)
-    count = build(args.sdists, args.per_project, args.seed, out)
+    if not args.append:
+        out.unlink(missing_ok=True)
+    start = len(out.read_text().splitlines()) if out.exists() else 0
+    count = build(args.sdists, args.per_project, args.seed, out, only=args.only, start=start)
     print(f"wrote {count} instances to {out}")
 
 
