@@ -44,8 +44,17 @@ def test_the_set_spans_real_projects_with_licences_and_clean_issue_texts():
 def test_a_seeded_handful_passes_gold_validation_in_the_sandbox():
     ids = [i.instance_id for i in SAMPLE]
     out = subprocess.run(
-        [sys.executable, "-m", "envs.swe", "validate", str(PATH), "--backend", "bubblewrap",
-         "--only", *ids],
+        [
+            sys.executable,
+            "-m",
+            "envs.swe",
+            "validate",
+            str(PATH),
+            "--backend",
+            "bubblewrap",
+            "--only",
+            *ids,
+        ],
         capture_output=True,
         text=True,
         cwd=Path(__file__).parents[2],
@@ -58,8 +67,9 @@ def test_a_seeded_handful_passes_gold_validation_in_the_sandbox():
 def test_oracle_resolves_and_null_agent_does_not(inst, tmp_path):
     one = tmp_path / "one.jsonl"
     rows = [line for line in PATH.read_text().splitlines() if f'"{inst.instance_id}"' in line]
-    one.write_text(rows[0].replace('"repo_path": "repos/', f'"repo_path": "{PATH.parent}/repos/')
-                   + "\n")
+    one.write_text(
+        rows[0].replace('"repo_path": "repos/', f'"repo_path": "{PATH.parent}/repos/') + "\n"
+    )
     reward, info = asyncio.run(_episode(one, "bubblewrap", [reference_calls(inst)]))
     assert reward == 1.0, info
     reward, info = asyncio.run(_episode(one, "bubblewrap", [call("submit")]))
