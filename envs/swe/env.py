@@ -298,6 +298,9 @@ class SWEEnv(ToolEnv):
         try:
             with tempfile.TemporaryDirectory(prefix="swe-grade-") as tmp:
                 tree, notes = await graded_tree(self.session.require(), inst, Path(tmp) / "r")
+                # the episode is over: free its slot before the grading session takes one, so
+                # a pool whose every slot holds an episode being graded cannot deadlock
+                await self.session.close()
                 run = await run_tests(
                     tree,
                     inst,
