@@ -36,6 +36,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "gspo/MathTool-v1": "envs.mathtool_v1:MathToolV1Env",
     "gspo/CodeAgent-v0": "envs.codeagent.env:CodeAgentEnv",
     "gspo/Codeforces-v0": "envs.codeforces.env:CodeforcesEnv",
+    "gspo/SWE-v0": "envs.swe.env:SWEEnv",
 }
 # Command-line names (`env=math`) -> ids.
 SHORT_NAMES: dict[str, str] = {
@@ -46,6 +47,7 @@ SHORT_NAMES: dict[str, str] = {
     "mathtool-v1": "gspo/MathTool-v1",
     "codeagent": "gspo/CodeAgent-v0",
     "codeforces": "gspo/Codeforces-v0",
+    "swe": "gspo/SWE-v0",
 }
 
 _plugins_loaded: set[str] = set()

@@ -6,18 +6,21 @@ repository uploaded to /workspace/repo. Tools (Qwen3/Hermes tool calls): `bash`,
 `submit`. The episode ends at `submit`, at a turn without tool calls, or at the turn limit; the
 rollout's context budget (`rollout.max_context_tokens`) is its token budget.
 
-Reward: the fraction of the task's hidden cases that pass (plus, if `format_reward` > 0, that
-weight times the share of the episode's tool calls that parsed: a shaping term for models too
-small to write a valid call reliably; 0 by default), computed after the episode in the same
-workspace: every process the agent left is killed first, then a runner and the hidden calls (not
-their expected values) are written to a fresh directory and run with `python3 -I` from outside the
-repository; the host compares the results. The hidden cases never exist in the sandbox while the
-agent can act, and their expected values never enter it at all. A repository that no longer
-imports, loops forever or prints forged lines scores what its calls return (usually 0).
+Reward: 1 when every hidden case passes (resolved), else 0; with `partial_credit=True` the
+fraction that pass. Plus, if `format_reward` > 0, that weight times the share of the episode's
+tool calls that parsed (a shaping term for models too small to write a valid call reliably; 0 by
+default). Grading (envs/codeagent/grader.py) kills every process the agent left, reads only the
+graded module's text from the workspace and runs the hidden checks in a fresh sandbox run behind
+the function harness's trusted parent: the hidden cases never exist in the session, their
+expected values never reach the module's process, and nothing the agent did to its workspace
+(permissions, a full disk, planted modules, printed result lines, lingering processes) can make
+grading raise or pass. `info["grade_reason"]` says why an episode did not resolve.
 
-The sandbox's own failures (BackendFailure, a session that will not start) raise InfraError: the
-trajectory is an error, never a 0. A session budget the agent spends is the agent's doing: the
-episode ends with the hidden tests' result and `info["budget_exhausted"]`.
+The sandbox's own failures (BackendFailure, Verdict.SE, a session that will not start) raise
+InfraError: the trajectory is an error, never a 0. A session budget the agent spends is the
+agent's doing: the episode ends, is graded as it stands, and `info["budget_exhausted"]` is set.
+The judging sandbox is the trainer's shared one (`sandbox=`); without one the env creates its own
+with the session's backend and closes it in `aclose`.
 
 Metrics (`info["env_metrics"]`): turns, tool calls, tool-call attempts, parse failures, tool
 errors, parse_ok_frac, and at the end hidden_pass_frac and submitted.
@@ -25,27 +28,27 @@ errors, parse_ok_frac, and at the end hidden_pass_frac and submitted.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import math
-import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from envs.base import Message
+from envs.codeagent.grader import grade
 from envs.codeagent.tasks import TIERS, build_tasks
 from envs.errors import InfraError
 from envs.tools import ToolEnv, ToolError, tool
 from envs.tools.session import EpisodeSession
 
 REPO = "/workspace/repo"
-_RUNNER = Path(__file__).with_name("hidden_runner.py")
 SYSTEM_PROMPT = "Fix the Python repository in /workspace/repo, then call submit."
 
 
 class CodeAgentEnv(ToolEnv):
     """Repository-fixing agent env; see the module docstring."""
 
+    needs_sandbox = True  # grades in a fresh sandbox run: the trainer passes a shared sandbox
     max_tool_calls_per_turn = 4
     max_tool_output_chars = 1500
     uses_sessions = True  # under sandbox=remote the trainer sets backend= and session_options=
@@ -63,7 +66,8 @@ class CodeAgentEnv(ToolEnv):
         max_tool_output_chars: int | None = None,
         tools: list[str] | None = None,
         format_reward: float = 0.0,
-        sandbox: Any | None = None,  # the trainer's shared judging sandbox: not used here
+        partial_credit: bool = False,
+        sandbox: Any | None = None,
     ) -> None:
         super().__init__(
             max_turns,
@@ -79,6 +83,9 @@ class CodeAgentEnv(ToolEnv):
         if not 0.0 <= format_reward <= 1.0:
             raise ValueError(f"format_reward must be within [0, 1], got {format_reward}")
         self.format_reward = format_reward
+        self.partial_credit = bool(partial_credit)
+        self._sandbox, self._owns_sandbox = sandbox, sandbox is None
+        self._backend = backend
         self.exec_timeout_s = exec_timeout_s
         self.session_cpu_s = session_cpu_s
         self._submitted = False
@@ -124,6 +131,25 @@ class CodeAgentEnv(ToolEnv):
 
     async def on_close(self) -> None:
         await self.session.close()
+
+    async def _judge(self) -> Any:
+        """The sandbox that runs the hidden checks (created on first use when none was passed)."""
+        if self._sandbox is None:
+            from sandbox import Sandbox, SandboxError
+
+            try:
+                self._sandbox = await asyncio.to_thread(Sandbox.create, self._backend)  # type: ignore[arg-type]
+            except SandboxError as exc:
+                raise InfraError(f"could not create CodeAgent's grading sandbox: {exc}") from exc
+        return self._sandbox
+
+    async def aclose(self) -> None:
+        try:
+            await self.on_close()
+        finally:
+            if self._owns_sandbox and self._sandbox is not None:
+                judge, self._sandbox = self._sandbox, None
+                await judge.aclose()
 
     async def _exec(self, command: str) -> str:
         return await self.session.call(
@@ -221,14 +247,25 @@ class CodeAgentEnv(ToolEnv):
 
     # -- reward ---------------------------------------------------------------------------------
     async def final_reward(self, text: str | None) -> float:
-        results = await self._run_hidden()
+        """1 when every hidden case passes, else 0 (partial_credit: the fraction that pass); see
+        envs/codeagent/grader.py for why nothing the agent did can crash or forge it."""
+        from sandbox import SandboxError
+
         task = self._require_task()
-        passed = [
-            _matches(r, case["expect"]) for r, case in zip(results, task["hidden"], strict=True)
-        ]
-        fraction = sum(passed) / len(passed)
-        self._last.update(hidden_pass_frac=fraction, hidden_passed=passed)
-        return fraction + self.format_reward * self._well_formed_frac()
+        try:
+            result = await grade(
+                self._session(), await self._judge(), task, early_stop=not self.partial_credit
+            )
+        except SandboxError as exc:
+            raise InfraError(f"sandbox failed grading task {task['id']!r}: {exc}") from exc
+        self._last.update(
+            hidden_pass_frac=result.fraction,
+            hidden_passed=list(result.passed),
+            resolved=result.resolved,
+            grade_reason=result.reason,
+        )
+        score = result.fraction if self.partial_credit else float(result.resolved)
+        return score + self.format_reward * self._well_formed_frac()
 
     def _well_formed_frac(self) -> float:
         """Share of the episode's tool calls that parsed, 0 unless an edit (write_file or
@@ -239,49 +276,14 @@ class CodeAgentEnv(ToolEnv):
             return 0.0  # without this rule collapsed to calling only submit)
         return (attempts - self.counters["parse_failures"]) / attempts
 
-    async def _run_hidden(self) -> list[dict[str, Any]]:
-        """The hidden calls' results, run after the agent's processes are gone."""
-        from sandbox import SandboxError
-        from sandbox.sessions.api import SessionBudgetExceeded
-
-        task = self._require_task()
-        ws = self._session()
-        marker = "HIDDEN-" + secrets.token_hex(16)
-        where = f"/workspace/.grader-{secrets.token_hex(8)}"
-        calls = [case["call"] for case in task["hidden"]]
-        command = (  # in a subshell: the session's cwd stays where it was
-            f"(cd / && /usr/bin/python3 -I {where}/runner.py {REPO} {task['module']} "
-            f"{where}/cases.json {marker})"
-        )
-        try:
-            await ws.kill_processes()
-            await ws.write_file(f"{where}/runner.py", _RUNNER.read_text())
-            await ws.write_file(f"{where}/cases.json", json.dumps(calls))
-            # fresh: no exports (LD_PRELOAD, ...) the agent left in its shell reach the grader
-            result = await ws.exec(command, timeout_s=5.0 + 3.0 * len(calls), fresh=True)
-        except SessionBudgetExceeded:
-            self.session.budget_exhausted = True
-            return [{"error": "session budget exhausted"} for _ in calls]
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed running the hidden tests: {exc}") from exc
-        for line in reversed(result.stdout.splitlines()):
-            if line.startswith(marker + " "):
-                try:
-                    parsed = json.loads(line[len(marker) + 1 :])
-                except json.JSONDecodeError:
-                    break
-                if isinstance(parsed, list) and len(parsed) == len(calls):
-                    return [r if isinstance(r, dict) else {"error": "bad record"} for r in parsed]
-                break
-        reason = "timeout" if result.timed_out else f"no result (exit {result.exit_code})"
-        return [{"error": reason} for _ in calls]
-
     def final_info(self) -> dict[str, Any]:
         return {
             "submitted": self._submitted,
             "hidden_pass_frac": self._last.get("hidden_pass_frac", 0.0),
             "hidden_passed": self._last.get("hidden_passed", []),
             "budget_exhausted": self.session.budget_exhausted,
+            "resolved": self._last.get("resolved", False),
+            "grade_reason": self._last.get("grade_reason", "not graded"),
         }
 
     def _info(self, reward: float, end: str | None) -> dict[str, Any]:
@@ -306,14 +308,3 @@ def reference_calls(task: dict[str, Any]) -> str:
 
 def _in_repo(path: str) -> str:
     return path if path.startswith("/") else f"{REPO}/{path}"
-
-
-def _matches(result: dict[str, Any], expect: Any) -> bool:
-    if "value" not in result or result.get("type") != type(expect).__name__:
-        return False
-    value = result["value"]
-    if isinstance(expect, float):
-        return isinstance(value, int | float) and math.isclose(
-            value, expect, rel_tol=1e-9, abs_tol=1e-12
-        )
-    return bool(value == expect)

@@ -54,8 +54,9 @@ class EpisodeSession:
     ) -> str:
         """Run a shell command or Python code in the session; its rendered output.
 
-        A spent compute budget sets `budget_exhausted`, calls `on_budget_spent` (the env ends
-        its episode) and fails the call with `budget_message` as a ToolError."""
+        A spent compute budget sets `budget_exhausted` and calls `on_budget_spent` (the env ends
+        its episode): the call that spent it returns its output, a later one fails with
+        `budget_message` as a ToolError."""
         from sandbox import SandboxError
         from sandbox.sessions.api import SessionBudgetExceeded
 
@@ -68,6 +69,9 @@ class EpisodeSession:
             raise ToolError(budget_message.format(exc=exc)) from exc
         except SandboxError as exc:
             raise InfraError(f"sandbox session failed: {exc}") from exc
+        if result.budget_exhausted:  # this call crossed the line: the next one would raise
+            self.budget_exhausted = True
+            on_budget_spent()
         return result.render() or "(no output)"
 
     def require(self) -> Any:

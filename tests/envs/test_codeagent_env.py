@@ -19,6 +19,7 @@ from envs.codeagent.env import CodeAgentEnv, reference_calls
 from envs.codeagent.tasks import build_tasks
 from envs.errors import InfraError
 from envs.mathtool_v1 import MathToolV1Env
+from tests.envs.episode_util import reset_or_fail
 
 BACKENDS = ("bubblewrap", "docker")
 TASK = next(t for t in build_tasks() if t["id"] == "add-easy")
@@ -47,13 +48,7 @@ def run(coro):
 async def started(backend: str, task=TASK, **kw) -> CodeAgentEnv:
     env = CodeAgentEnv(backend=backend, **kw)
     _open.append(env)
-    try:
-        await env.areset(options={"task": task})
-    except InfraError as exc:
-        message = f"session backend {backend!r} unavailable: {exc}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    await reset_or_fail(env, task, backend)
     return env
 
 

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from envs.codeagent.env import CodeAgentEnv, _matches, reference_calls
+from envs.codeagent.env import CodeAgentEnv, reference_calls
+from envs.codeagent.grader import hidden_check
 from envs.codeagent.tasks import SPECS, build_tasks, fixed_source
 from envs.tools import parse_hermes
 
@@ -36,19 +37,21 @@ def _evaluate(tmp_path, task, source: str) -> tuple[list[bool], int]:
     visible = subprocess.run(
         [sys.executable, *task["test_command"].split()[1:]], cwd=repo, capture_output=True
     ).returncode
-    calls = [c["call"] for c in task["hidden"]]
+    # each hidden case's grader check code, with the function bound as the harness binds it
+    checks = [hidden_check(c) for c in task["hidden"]]
     code = (
         f"import json, sys; sys.path.insert(0, {str(repo)!r}); import {task['module']} as m\n"
         "out = []\n"
-        f"for c in {calls!r}:\n"
-        "    try:\n        v = eval(c, vars(m)); out.append({'value': v, 'type': type(v).__name__})\n"
-        "    except Exception as e:\n        out.append({'error': repr(e)})\n"
+        f"for c in {checks!r}:\n"
+        "    try:\n"
+        f"        exec(c, {{{task['function']!r}: m.{task['function']}}}); out.append(True)\n"
+        "    except Exception:\n        out.append(False)\n"
         "print(json.dumps(out))"
     )
-    got = json.loads(
+    passed = json.loads(
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     )
-    return [_matches(r, c["expect"]) for r, c in zip(got, task["hidden"], strict=True)], visible
+    return passed, visible
 
 
 @pytest.mark.parametrize("task", [t for t in TASKS if t["tier"] == "easy"], ids=lambda t: t["spec"])

@@ -315,10 +315,13 @@ class _Workspace:
             raise SessionBudgetExceeded("cpu 60 s")
         if self.outcome == "broken":
             raise SandboxError("container gone")
-        return type("Result", (), {"render": lambda self: ""})()
+        from sandbox.sessions.api import ExecResult
+
+        crossed = self.outcome == "crossed"  # this call spent the rest of the budget
+        return ExecResult(0, "", "", 0, 0, 0.1, 0.1, False, budget_exhausted=crossed)
 
 
-@pytest.mark.parametrize("outcome", ["ok", "budget", "broken"])
+@pytest.mark.parametrize("outcome", ["ok", "crossed", "budget", "broken"])
 def test_a_session_call_maps_budget_to_a_tool_error_and_breakage_to_infra(outcome):
     from envs.tools.session import EpisodeSession
 
@@ -329,6 +332,8 @@ def test_a_session_call_maps_budget_to_a_tool_error_and_breakage_to_infra(outcom
     )
     if outcome == "ok":
         assert asyncio.run(call) == "(no output)" and not session.budget_exhausted
+    elif outcome == "crossed":  # its output still reaches the model; the episode ends
+        assert asyncio.run(call) == "(no output)" and session.budget_exhausted and ended == [1]
     elif outcome == "budget":
         with pytest.raises(ToolError, match=r"^cpu 60 s!$"):
             asyncio.run(call)

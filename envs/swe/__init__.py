@@ -1,0 +1,9 @@
+"""SWE-style repository tasks (gspo/SWE-v0): instances in the public datasets' layouts, graded
+the way SWE-bench defines "resolved", on a path nothing the agent does can crash or forge.
+
+instances.py  the JSONL loader (SWE-bench, SWE-Gym, SWE-smith, R2E-Gym layouts; repo_path)
+repo.py       host-side trees, patches, the pytest bundle copied into sandboxes
+grading.py    graded tree + fresh-session test run + nonce-tagged results (pytest_runner.py)
+validate.py   gold validation (`python -m envs.swe validate PATH`)
+env.py        the tool-using env (bash, view/create/str_replace/insert/undo_edit, submit)
+"""

@@ -1,0 +1,352 @@
+"""SWE-v0: resolve an issue in a real repository with SWE-agent-style tools; graded like SWE-bench.
+
+Each episode opens a sandbox session with the instance's start state at /workspace/repo (its
+repository at base_commit, plus the bug for SWE-smith-style rows) and pytest importable
+(`python3 -m pytest` works there; the bundle is at /workspace/.deps). Tools: `bash`, `view` (a
+file with line numbers, an optional [start, end] range, or a directory listing), `create`,
+`str_replace` (old_str must occur exactly once), `insert` (after line N), `undo_edit` (the last
+edit of a file), `submit`. Output longer than `max_tool_output_chars` is cut with a marker; each
+command has `exec_timeout_s`, the session a CPU budget (`session_cpu_s`) and the episode
+`max_turns` turns.
+
+Reward (grading.py): 1 when every FAIL_TO_PASS and PASS_TO_PASS test passes after the episode
+(SWE-bench's "resolved"), else 0; `partial_credit=True` gives the passing fraction instead. The
+grader kills the agent's processes, rebuilds the repository from the instance file, takes only
+the agent's versions of the repository's own non-test source files, and runs the tests in a
+fresh session whose only trusted output is a nonce-tagged line. `info["grade_reason"]` says why
+an episode did not resolve. A sandbox failure raises InfraError (the trajectory is an error,
+never a 0); a spent session budget ends the episode, which is graded as it stands.
+
+kwargs: source ("swe:PATH", a JSONL of instances; default the shipped set), backend,
+session_options, exec_timeout_s, session_cpu_s, test_timeout_s, partial_credit, max_turns, tools.
+Instances that name only an image (no repo_path) are refused with a message: sessions cannot yet
+start from a per-instance image here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from envs.base import Message
+from envs.errors import InfraError
+from envs.swe.editing import gold_edits, numbered, view_range_text
+from envs.swe.grading import Verdict, graded_tree, judge, run_tests
+from envs.swe.instances import Instance, load_instances
+from envs.swe.repo import materialize, pytest_bundle
+from envs.tools import ToolEnv, ToolError, tool
+from envs.tools.session import EpisodeSession
+
+REPO = "/workspace/repo"
+DEFAULT_SOURCE = "swe:" + str(Path(__file__).with_name("data") / "instances.jsonl")
+SYSTEM_PROMPT = (
+    "You are a software engineer. The repository is at /workspace/repo. Reproduce the issue, "
+    "fix the source code (not the tests), run the tests with `python3 -m pytest`, then call "
+    "submit."
+)
+
+
+class SWEEnv(ToolEnv):
+    """gspo/SWE-v0; see the module docstring."""
+
+    max_tool_calls_per_turn = 4
+    max_tool_output_chars = 4000
+
+    def __init__(
+        self,
+        *,
+        source: str = DEFAULT_SOURCE,
+        max_turns: int = 20,
+        backend: str = "auto",
+        session_options: dict[str, Any] | None = None,
+        exec_timeout_s: float = 60.0,
+        session_cpu_s: float = 600.0,
+        test_timeout_s: float = 300.0,
+        partial_credit: bool = False,
+        max_tool_calls_per_turn: int | None = None,
+        max_tool_output_chars: int | None = None,
+        tools: list[str] | None = None,
+        sandbox: Any | None = None,  # the trainer's shared judging sandbox: grading uses sessions
+    ) -> None:
+        super().__init__(
+            max_turns,
+            max_tool_calls_per_turn=max_tool_calls_per_turn,
+            max_tool_output_chars=max_tool_output_chars,
+            tools=tools,
+        )
+        kind, _, path = source.partition(":")
+        if kind != "swe" or not path:
+            raise ValueError(f"SWE-v0 source must be 'swe:PATH' (a JSONL file), got {source!r}")
+        self.source_path = path
+        self._backend = backend
+        self._session_options = dict(session_options or {})
+        self.session = EpisodeSession(backend, **self._session_options)
+        self.exec_timeout_s, self.session_cpu_s = exec_timeout_s, session_cpu_s
+        self.test_timeout_s = test_timeout_s
+        self.partial_credit = bool(partial_credit)
+        self._history: dict[str, list[str]] = {}
+        self._last: dict[str, Any] = {}
+        self._submitted = False
+
+    # -- data -----------------------------------------------------------------------------------
+    def load_tasks(self, split: str) -> list[dict[str, Any]]:
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        return [task_row(i) for i in load_instances(self.source_path) if i.split == split]
+
+    def initial_messages(self, task: dict[str, Any]) -> list[Message]:
+        return [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": task["problem_statement"]},
+        ]
+
+    def reference_response(self, task: dict[str, Any]) -> str:
+        """The gold patch as str_replace calls, then submit (one turn)."""
+        return reference_calls(instance_of(task))
+
+    # -- session --------------------------------------------------------------------------------
+    async def on_start(self) -> None:
+        from sandbox import SandboxError
+        from sandbox.sessions.api import SessionLimits
+
+        inst = instance_of(self._require_task())
+        if not inst.repo_path:
+            raise ValueError(
+                f"instance {inst.instance_id!r} names only the image {inst.image!r}; sessions "
+                "cannot start from a per-instance image yet: give the row a repo_path"
+            )
+        self._history, self._last, self._submitted = {}, {}, False
+        limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
+        ws = await self.session.open(limits)
+        try:
+            with tempfile.TemporaryDirectory(prefix="swe-start-") as tmp:
+                await ws.upload(materialize(inst, Path(tmp) / "repo"), "repo")
+            await ws.upload(pytest_bundle(), ".deps")
+            await ws.exec(
+                f"cd {REPO} && export PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/workspace/.deps"
+            )
+        except SandboxError as exc:
+            await self.session.close()
+            raise InfraError(f"SWE-v0 could not set up its workspace: {exc}") from exc
+
+    async def on_close(self) -> None:
+        await self.session.close()
+
+    async def _exec(self, command: str) -> str:
+        return await self.session.call(
+            "exec",
+            command,
+            timeout_s=self.exec_timeout_s,
+            on_budget_spent=self.end_episode,
+            budget_message="the session's compute budget is spent ({exc}); the episode ends",
+        )
+
+    # -- tools ----------------------------------------------------------------------------------
+    @tool
+    async def bash(self, command: str) -> str:
+        """Run a bash command (the shell's directory and exports persist between calls).
+
+        Args:
+            command: the command.
+        """
+        return await self._exec(command)
+
+    @tool
+    async def view(self, path: str, view_range: list[int] | None = None) -> str:
+        """Show a file with line numbers, or list a directory.
+
+        Args:
+            path: a file or directory (relative to the repository root, or absolute).
+            view_range: optional [start, end] line numbers (1-based, end -1 for the last line).
+        """
+        full = _in_repo(path)
+        try:
+            text = await self._read(full)
+        except ToolError as exc:
+            if "IsADirectoryError" not in str(exc):
+                raise
+            return await self._exec(f"find {json.dumps(full)} -maxdepth 2 -not -path '*/.*'")
+        if view_range is None:
+            return numbered(text, 1)
+        return view_range_text(text, view_range)
+
+    @tool
+    async def create(self, path: str, file_text: str) -> str:
+        """Create a new file (or overwrite one).
+
+        Args:
+            path: the file.
+            file_text: its whole content.
+        """
+        full = _in_repo(path)
+        try:
+            self._history.setdefault(full, []).append(await self._read(full))
+        except ToolError:
+            self._history.setdefault(full, []).append("")
+        await self._write(full, file_text)
+        return f"File created: {path}"
+
+    @tool
+    async def str_replace(self, path: str, old_str: str, new_str: str = "") -> str:
+        """Replace text that occurs exactly once in a file.
+
+        Args:
+            path: the file.
+            old_str: the exact text to replace (with enough context to be unique).
+            new_str: the replacement.
+        """
+        full = _in_repo(path)
+        text = await self._read(full)
+        count = text.count(old_str) if old_str else 0
+        if count != 1:
+            where = "old_str is empty" if not old_str else f"old_str occurs {count} times"
+            raise ToolError(f"{where} in {path}; it must occur exactly once (quote it exactly)")
+        new_text = text.replace(old_str, new_str)
+        await self._save(full, text, new_text)
+        line = text[: text.index(old_str)].count("\n") + 1
+        return f"Edited {path}; around the edit:\n" + view_range_text(
+            new_text, [max(1, line - 3), line + new_str.count("\n") + 3]
+        )
+
+    @tool
+    async def insert(self, path: str, insert_line: int, new_str: str) -> str:
+        """Insert text after a line (0: at the top).
+
+        Args:
+            path: the file.
+            insert_line: the line number after which the text goes.
+            new_str: the text to insert.
+        """
+        full = _in_repo(path)
+        text = await self._read(full)
+        lines = text.splitlines(keepends=True)
+        if not 0 <= insert_line <= len(lines):
+            raise ToolError(f"insert_line {insert_line} is outside 0..{len(lines)} for {path}")
+        block = new_str if new_str.endswith("\n") else new_str + "\n"
+        if lines and not lines[-1].endswith("\n") and insert_line == len(lines):
+            block = "\n" + block
+        new_text = "".join(lines[:insert_line]) + block + "".join(lines[insert_line:])
+        await self._save(full, text, new_text)
+        return f"Inserted {block.count(chr(10))} line(s) after line {insert_line} of {path}"
+
+    @tool
+    async def undo_edit(self, path: str) -> str:
+        """Undo the last edit of a file made with these tools.
+
+        Args:
+            path: the file.
+        """
+        full = _in_repo(path)
+        history = self._history.get(full)
+        if not history:
+            raise ToolError(f"no edit of {path} to undo")
+        await self._write(full, history.pop())
+        return f"Last edit of {path} undone"
+
+    @tool
+    async def submit(self) -> str:
+        """Submit the fix (ends the episode)."""
+        self._submitted = True
+        self.end_episode()
+        return "submitted"
+
+    async def _save(self, full: str, old: str, new: str) -> None:
+        await self._write(full, new)
+        self._history.setdefault(full, []).append(old)
+
+    async def _read(self, path: str) -> str:
+        from sandbox import SandboxError
+
+        try:
+            data = await self.session.require().read_file(path)
+        except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError) as exc:
+            raise ToolError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+        return data.decode("utf-8", errors="replace")
+
+    async def _write(self, path: str, content: str) -> None:
+        from sandbox import SandboxError
+
+        try:
+            await self.session.require().write_file(path, content)
+        except (IsADirectoryError, ValueError, OSError) as exc:
+            raise ToolError(f"cannot write {path}: {type(exc).__name__}: {exc}") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+
+    # -- reward ---------------------------------------------------------------------------------
+    async def final_reward(self, text: str | None) -> float:
+        verdict = await self.grade()
+        self._last = {
+            "resolved": verdict.resolved,
+            "tests_pass_frac": verdict.fraction,
+            "grade_reason": verdict.reason,
+        }
+        return verdict.fraction if self.partial_credit else float(verdict.resolved)
+
+    async def grade(self) -> Verdict:
+        """The episode's verdict (see grading.py); sandbox failures raise InfraError."""
+        from sandbox import SandboxError
+        from sandbox.sessions.api import SessionLimits
+
+        inst = instance_of(self._require_task())
+        limits = SessionLimits(exec_timeout_s=self.test_timeout_s, cpu_s=4 * self.test_timeout_s)
+        try:
+            with tempfile.TemporaryDirectory(prefix="swe-grade-") as tmp:
+                tree, notes = await graded_tree(self.session.require(), inst, Path(tmp) / "r")
+                # the episode is over: free its slot before the grading session takes one, so
+                # a pool whose every slot holds an episode being graded cannot deadlock
+                await self.session.close()
+                run = await run_tests(
+                    tree,
+                    inst,
+                    limits,
+                    backend=self._backend,
+                    timeout_s=self.test_timeout_s,
+                    session_options=self._session_options,
+                )
+        except SandboxError as exc:
+            raise InfraError(f"sandbox failed grading {inst.instance_id!r}: {exc}") from exc
+        verdict = judge(run, inst)
+        if notes and not verdict.resolved:
+            verdict = dataclasses.replace(verdict, reason=f"{verdict.reason} ({'; '.join(notes)})")
+        return verdict
+
+    def final_info(self) -> dict[str, Any]:
+        return {
+            "submitted": self._submitted,
+            "resolved": self._last.get("resolved", False),
+            "tests_pass_frac": self._last.get("tests_pass_frac", 0.0),
+            "grade_reason": self._last.get("grade_reason", "not graded"),
+            "budget_exhausted": self.session.budget_exhausted,
+        }
+
+
+def task_row(inst: Instance) -> dict[str, Any]:
+    """A task row for the trainer: the instance's fields (JSON-able) plus `id`."""
+    return {"id": inst.instance_id, **dataclasses.asdict(inst)}
+
+
+def instance_of(task: dict[str, Any]) -> Instance:
+    fields = {f.name for f in dataclasses.fields(Instance)}
+    values = {k: v for k, v in task.items() if k in fields}
+    for key in ("fail_to_pass", "pass_to_pass", "test_files"):
+        values[key] = tuple(values.get(key, ()))
+    return Instance(**values)
+
+
+def reference_calls(inst: Instance) -> str:
+    calls = [
+        {"name": "str_replace", "arguments": {"path": path, "old_str": old, "new_str": new}}
+        for path, old, new in gold_edits(inst.gold_patch)
+    ]
+    calls.append({"name": "submit", "arguments": {}})
+    return "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
+
+
+def _in_repo(path: str) -> str:
+    return path if path.startswith("/") else f"{REPO}/{path}"
