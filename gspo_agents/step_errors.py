@@ -133,14 +133,27 @@ def _unscored(trajs: list[Trajectory]) -> str:
 
 
 class FailedSteps:
-    """Counts consecutive steps that trained nothing, whatever the cause; `limit` 0 never stops."""
+    """Counts consecutive steps that trained nothing; `limit` 0 never stops.
 
-    def __init__(self, limit: int) -> None:
+    One kind of step is not counted: a converged one (`converged`: every group's samples agree,
+    different tasks differently) once the run has trained. Such a policy learned its tasks and
+    answers each deterministically at this temperature; each such step is still shown, but the
+    run goes on. Every other cause counts, including a zero spread that is one value over the
+    whole batch (a constant reward, or a policy that collapsed to reward 0) and a converged-looking
+    batch before the run ever trained (a reward that depends on the task, not the answer)."""
+
+    def __init__(self, limit: int, trained_before: bool = False) -> None:
         self.limit = limit
         self.consecutive = 0
+        self.trained = trained_before  # a step has trained (or the run resumed from one)
 
-    def record(self, step: int, reason: str | None) -> None:
-        self.consecutive = 0 if reason is None else self.consecutive + 1
+    def record(self, step: int, reason: str | None, converged: bool = False) -> None:
+        if reason is None:
+            self.consecutive, self.trained = 0, True
+            return
+        if converged and self.trained:
+            return
+        self.consecutive += 1
         if self.limit and self.consecutive >= self.limit:
             raise RunStalled(
                 f"stopping at step {step}: {self.consecutive} consecutive steps trained nothing "
@@ -150,20 +163,39 @@ class FailedSteps:
             )
 
 
+def converged(groups: list[list[Trajectory]]) -> bool:
+    """Every group's scored samples agree, and the groups do not all agree with each other: the
+    policy answers each task one way (some right, some wrong), not a reward that is constant."""
+    per_group = [{t.reward for t in g if t.trainable} for g in groups]
+    if not per_group or any(len(r) != 1 for r in per_group):
+        return False
+    return len(set().union(*per_group)) > 1
+
+
 class RunErrors:
     """The training loop's view of failed steps: each step's failed trajectories shown (a kind's
     traceback the first time the run sees it), a line saying why a step trained nothing, and the
     run stopped by `FailedSteps`."""
 
-    def __init__(self, max_failed_steps: int, log_only: Callable[[str], None]) -> None:
-        self.failed_steps = FailedSteps(max_failed_steps)
+    def __init__(
+        self, max_failed_steps: int, log_only: Callable[[str], None], trained_before: bool = False
+    ) -> None:
+        self.failed_steps = FailedSteps(max_failed_steps, trained_before)
         self.seen: set[str] = set()
         self.log_only = log_only
 
     def after_step(
-        self, step: int, report: ErrorReport, untrained: str | None, out: IO[str] | None = None
+        self,
+        step: int,
+        report: ErrorReport,
+        untrained: str | None,
+        out: IO[str] | None = None,
+        groups: list[list[Trajectory]] | None = None,
     ) -> None:
         report.show(step, self.seen, log_only=self.log_only)
+        done = untrained is not None and groups is not None and converged(groups)
+        if done and self.failed_steps.trained:
+            untrained = f"{untrained} (converged: not counted as a failed step, the run trained)"
         if untrained is not None:
             print(f"step {step} trained nothing: {untrained}", file=out or sys.stderr, flush=True)
-        self.failed_steps.record(step, untrained)
+        self.failed_steps.record(step, untrained, converged=done)

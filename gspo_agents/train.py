@@ -90,7 +90,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     """
     t = cfg.trainer
     step = start_step
-    errors = RunErrors(t.max_failed_steps, log_only=rundir.log_only)
+    errors = RunErrors(t.max_failed_steps, rundir.log_only, trained_before=start_step > 0)
     with StopSignals() as signals:
         if t.async_rollouts:  # generation of step k+1 overlaps the update of step k
             manager.start_prefetch(tasks_for_step(tasks, start_step, t.tasks_per_step, t.seed))
@@ -110,7 +110,7 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
-                errors.after_step(step, report, untrained)
+                errors.after_step(step, report, untrained, groups=result.groups)
                 if t.save_every_steps and step % t.save_every_steps == 0 and step < t.steps:
                     learner.save_checkpoint(str(run_dir / "checkpoint"), {"step": step})
         except StepAbandoned:

@@ -32,3 +32,7 @@ def dense_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A tiny random Qwen3-MoE checkpoint (an HF directory)."""
     return _build_tiny_model(tmp_path_factory, "moe", moe=True)
+
+
+# Repositories the SWE tests load as task data: their own tests are not ours to collect.
+collect_ignore_glob = ["envs/swe_fixtures/*"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gspo_agents.batching import prepare_batch
-from gspo_agents.step_errors import FailedSteps, RunStalled, untrained_reason
+from gspo_agents.step_errors import FailedSteps, RunStalled, converged, untrained_reason
 from gspo_agents.trajectory import Status, Trajectory
 
 
@@ -65,3 +65,42 @@ def test_the_run_stops_after_the_limit_of_consecutive_untrained_steps_only():
     never = FailedSteps(limit=0)
     for step in range(10):
         never.record(step, "x")
+
+
+def test_a_converged_policy_is_shown_but_not_counted_once_the_run_has_trained():
+    # each task answered one way, right on one task and wrong on the other: nothing to learn
+    # from, but the policy learned; the default run ends like this after its 300 steps
+    solved = [[traj("a", 1.0), traj("a", 1.0)], [traj("b", 0.0), traj("b", 0.0)]]
+    assert converged(solved)
+    steps = FailedSteps(limit=2)
+    steps.record(1, None)
+    for step in range(2, 10):
+        steps.record(step, "zero reward spread", converged=converged(solved))
+    assert steps.consecutive == 0
+
+
+def test_converged_before_the_run_trained_and_collapse_after_it_still_stop_the_run():
+    by_task = [[traj("a", 1.0), traj("a", 1.0)], [traj("b", 0.0), traj("b", 0.0)]]
+    never_trained = FailedSteps(limit=2)
+    never_trained.record(1, "zero reward spread", converged=converged(by_task))
+    with pytest.raises(RunStalled):  # a reward that depends on the task, not on the answer
+        never_trained.record(2, "zero reward spread", converged=converged(by_task))
+    collapsed = [[traj("a", 0.0), traj("a", 0.0)], [traj("b", 0.0), traj("b", 0.0)]]
+    assert not converged(collapsed)  # one value over the whole batch is not convergence
+    resumed = FailedSteps(limit=2, trained_before=True)
+    resumed.record(1, "zero reward spread", converged=converged(collapsed))
+    with pytest.raises(RunStalled):
+        resumed.record(2, "zero reward spread", converged=converged(collapsed))
+
+
+def test_the_console_line_says_a_converged_step_is_not_counted():
+    import io
+
+    from gspo_agents.step_errors import ErrorReport, RunErrors
+
+    solved = [[traj("a", 1.0), traj("a", 1.0)], [traj("b", 0.0), traj("b", 0.0)]]
+    errors = RunErrors(2, log_only=lambda _: None, trained_before=True)
+    out = io.StringIO()
+    for step in (1, 2, 3):
+        errors.after_step(step, ErrorReport.of_step(solved), reason(solved), out, groups=solved)
+    assert out.getvalue().count("converged: not counted as a failed step") == 3
