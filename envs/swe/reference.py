@@ -27,7 +27,7 @@ __all__ = ["hunk_starts", "reference_turns"]
 
 _FUNCTION = re.compile(r"`([A-Za-z_]\w*)\(\)`")
 _HUNK = re.compile(r"^@@ -(\d+)")
-_CONTEXT = 12  # lines shown either side of the first changed line
+_CONTEXT = 6  # lines shown either side of the first changed line (a short view: CPU contexts)
 
 
 def hunk_starts(patch: str) -> list[tuple[str, int]]:
