@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from envs.codeagent.tasks import TIERS, build_tasks
 from envs.errors import InfraError
 from envs.tools import ToolEnv, ToolError, tool
 from envs.tools.session import EpisodeSession
+from envs.tools.trajectory import plan_turns, tool_call
 
 REPO = "/workspace/repo"
 SYSTEM_PROMPT = "Fix the Python repository in /workspace/repo, then call submit."
@@ -104,9 +106,14 @@ class CodeAgentEnv(ToolEnv):
             {"role": "user", "content": task["issue"]},
         ]
 
-    def reference_response(self, task: dict[str, Any]) -> str:
-        """One turn of tool calls that solves the task: the fix as a str_replace, then submit."""
-        return reference_calls(task)
+    def reference_response(self, task: dict[str, Any]) -> str | list[str]:
+        """The cold start's turns: read the module, run the tests, fix it (str_replace), run the
+        tests again, submit, with the tools this env offers, within max_turns. With only
+        str_replace and submit offered (configs/env/codeagent.yaml) there is nothing to look at
+        or run: one turn, the fix and submit."""
+        return reference_turns(
+            task, self._tools, max_turns=self.max_turns, max_calls=self.max_tool_calls_per_turn
+        )
 
     # -- session --------------------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -294,7 +301,33 @@ class CodeAgentEnv(ToolEnv):
         return info
 
 
+def reference_turns(
+    task: dict[str, Any], tools: Collection[str], *, max_turns: int, max_calls: int
+) -> str | list[str]:
+    """See CodeAgentEnv.reference_response; built from the task's files and issue only."""
+    ref = task["reference"]
+    look = [tool_call("read_file", path=ref["path"])] if "read_file" in tools else None
+    if look is None and "bash" in tools:
+        look = [tool_call("bash", command=f"cat -n {REPO}/{ref['path']}")]
+    tests = None
+    if "run_tests" in tools:
+        tests = [tool_call("run_tests")]
+    elif "bash" in tools:
+        tests = [tool_call("bash", command=f"cd {REPO} && {task['test_command']}")]
+    if not (look or tests) or not {"str_replace", "submit"} <= set(tools):
+        return reference_calls(task)
+    return plan_turns(
+        edits=[tool_call("str_replace", path=ref["path"], old=ref["old"], new=ref["new"])],
+        max_calls=max_calls,
+        max_turns=max_turns,
+        look=look,
+        reproduce=tests,
+        verify=tests,
+    )
+
+
 def reference_calls(task: dict[str, Any]) -> str:
+    """The fix as a str_replace, then submit, in one turn."""
     ref = task["reference"]
     fix = {
         "name": "str_replace",

@@ -36,6 +36,7 @@ from envs.errors import InfraError
 from envs.swe.editing import gold_edits, numbered, view_range_text
 from envs.swe.grading import Verdict, graded_tree, judge, run_tests
 from envs.swe.instances import Instance, load_instances
+from envs.swe.reference import reference_turns
 from envs.swe.repo import materialize, pytest_bundle
 from envs.tools import ToolEnv, ToolError, tool
 from envs.tools.session import EpisodeSession
@@ -103,9 +104,15 @@ class SWEEnv(ToolEnv):
             {"role": "user", "content": task["problem_statement"]},
         ]
 
-    def reference_response(self, task: dict[str, Any]) -> str:
-        """The gold patch as str_replace calls, then submit (one turn)."""
-        return reference_calls(instance_of(task))
+    def reference_response(self, task: dict[str, Any]) -> list[str] | None:
+        """The cold start's turns: look around, reproduce, edit (the gold patch), test, submit;
+        only with the tools this env offers, within max_turns (see reference.py)."""
+        return reference_turns(
+            instance_of(task),
+            self._tools,
+            max_turns=self.max_turns,
+            max_calls=self.max_tool_calls_per_turn,
+        )
 
     # -- session --------------------------------------------------------------------------------
     async def on_start(self) -> None:
@@ -340,6 +347,7 @@ def instance_of(task: dict[str, Any]) -> Instance:
 
 
 def reference_calls(inst: Instance) -> str:
+    """The gold patch as str_replace calls, then submit, in one turn (the oracle of the tests)."""
     calls = [
         {"name": "str_replace", "arguments": {"path": path, "old_str": old, "new_str": new}}
         for path, old, new in gold_edits(inst.gold_patch)

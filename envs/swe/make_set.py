@@ -87,6 +87,7 @@ PROJECTS = (
             "toolz/itertoolz.py": ("toolz/tests/test_itertoolz.py",),
             "toolz/dicttoolz.py": ("toolz/tests/test_dicttoolz.py",),
             "toolz/functoolz.py": ("toolz/tests/test_functoolz.py",),
+            "toolz/recipes.py": ("toolz/tests/test_recipes.py",),
         },
     ),
     Project(
@@ -99,6 +100,8 @@ PROJECTS = (
             "isodate/isotime.py": ("tests/test_time.py",),
             "isodate/isoduration.py": ("tests/test_duration.py",),
             "isodate/duration.py": ("tests/test_duration.py",),
+            "isodate/isodatetime.py": ("tests/test_datetime.py",),
+            "isodate/isostrf.py": ("tests/test_strf.py",),
         },
     ),
     Project(
@@ -133,6 +136,7 @@ PROJECTS = (
             "boltons/listutils.py": ("tests/test_listutils.py",),
             "boltons/setutils.py": ("tests/test_setutils.py",),
             "boltons/dictutils.py": ("tests/test_dictutils.py",),
+            "boltons/queueutils.py": ("tests/test_queueutils.py",),
         },
     ),
 )
@@ -224,39 +228,57 @@ def issue_text(project: Project, module: str, mutation: Mutation, log: str) -> s
 
 
 def build(
-    sdists: Path,
+    sdists: Path | None,
     per_project: int,
     seed: int,
     out: Path,
     workers: int = 3,
     only: list[str] | None = None,
     start: int = 0,
+    modules: list[str] | None = None,
 ) -> int:
-    """Screen every project's targets; each kept row is appended to `out` at once."""
+    """Screen every project's targets; each new kept row is appended to `out` at once.
+
+    sdists=None reuses the trees already under data/repos. A candidate whose patch is already a
+    row of `out` is skipped, so a re-run (another seed, new targets) adds only new bugs.
+    """
     count = start
+    seen = {json.loads(x)["patch"] for x in out.read_text().splitlines()} if out.exists() else set()
     for project in PROJECTS:
         if only and project.name not in only:
             continue
-        tree = prepare(project, sdists)
+        if sdists is None:
+            tree = DATA / "repos" / f"{project.name}-{project.version}"
+        else:
+            tree = prepare(project, sdists)
         quota = -(-per_project // len(project.targets))
         for module, files in project.targets.items():
-            for item in screen(project, tree, module, files, seed, quota, workers):
+            if modules and module not in modules:
+                continue
+            for item in screen(project, tree, module, files, seed, quota, workers, seen):
+                new = row(project, count, *item)
+                seen.add(new["patch"])
                 with out.open("a") as fh:
-                    fh.write(json.dumps(row(project, count, *item)) + "\n")
+                    fh.write(json.dumps(new) + "\n")
                 count += 1
             print(f"{project.name}: {module}: {count} rows so far", flush=True)
     return count
 
 
-def screen(project, tree, module, files, seed, quota, workers) -> Iterator[tuple[Any, ...]]:
+def screen(
+    project, tree, module, files, seed, quota, workers, seen=frozenset()
+) -> Iterator[tuple[Any, ...]]:
     """Try candidates `workers` at a time (each on its own copy of the tree) until `quota`."""
     from concurrent.futures import ThreadPoolExecutor
 
     source = (tree / module).read_text()
     order = {"flip_compare": 0, "drop_branch": 1, "flip_binop": 2, "swap_operands": 3}
-    candidates = sorted(
-        mutations(source, seed=seed, limit=6 * quota), key=lambda m: order.get(m.kind, 4)
-    )
+    fresh = [
+        m
+        for m in mutations(source, seed=seed, limit=10**6)
+        if bug_patch(module, source, m.apply(source)) not in seen
+    ][: 6 * quota]
+    candidates = sorted(fresh, key=lambda m: order.get(m.kind, 4))
     copies = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(workers):
@@ -314,7 +336,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m envs.swe.make_set")
     parser.add_argument("--only", nargs="*", help="project names (default: all)")
     parser.add_argument("--append", action="store_true", help="add to instances.jsonl")
-    parser.add_argument("sdists", type=Path)
+    parser.add_argument("--modules", nargs="*", help="only these target modules (default: all)")
+    parser.add_argument("--workers", type=int, default=3, help="candidates screened at once")
+    parser.add_argument(
+        "sdists", type=Path, nargs="?", help="sdist folder (default: reuse data/repos as is)"
+    )
     parser.add_argument("--per-project", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -322,7 +348,16 @@ def main() -> None:
     if not args.append:
         out.unlink(missing_ok=True)
     start = len(out.read_text().splitlines()) if out.exists() else 0
-    count = build(args.sdists, args.per_project, args.seed, out, only=args.only, start=start)
+    count = build(
+        args.sdists,
+        args.per_project,
+        args.seed,
+        out,
+        workers=args.workers,
+        only=args.only,
+        start=start,
+        modules=args.modules,
+    )
     print(f"wrote {count} instances to {out}")
 
 

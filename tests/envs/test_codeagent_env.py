@@ -69,6 +69,29 @@ def test_reference_fix_scores_1_and_the_untouched_repo_0(backend):
     run(main())
 
 
+@pytest.mark.parametrize("task_id", ["add-easy", "add-hard"])
+def test_multi_turn_reference_reads_runs_the_tests_fixes_reruns_and_resolves(task_id):
+    task = next(t for t in build_tasks() if t["id"] == task_id)
+
+    async def main():
+        env = await started("bubblewrap", task, max_turns=6)
+        turns = env.reference_response(task)
+        assert isinstance(turns, list) and len(turns) == 5, turns
+        seen = []
+        for turn in turns[:-1]:
+            obs, reward, term, trunc, info = await env.astep(turn)
+            assert not (term or trunc) and len(obs) == 1, (turn, obs)
+            seen.append(obs[0]["content"])
+        look, before, edit, after = seen
+        assert task["reference"]["old"] in look and "FAIL" in before, (look, before)
+        assert "FAIL" not in after and "Error" not in edit, (edit, after)
+        _, reward, term, _, info = await env.astep(turns[-1])
+        assert (reward, term, info["resolved"]) == (1.0, True, True), info
+        assert info["env_metrics"]["tool_errors"] == 0, info
+
+    run(main())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_agent_cannot_find_or_read_the_hidden_tests_through_any_tool(backend):
     secrets_ = [c["call"] for c in TASK["hidden"]] + [

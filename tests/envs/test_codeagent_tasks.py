@@ -75,3 +75,25 @@ def test_reference_calls_parse_into_the_fix_and_submit():
     calls = parse_hermes(reference_calls(task)).calls
     assert [c.name for c in calls] == ["str_replace", "submit"]
     assert calls[0].arguments == task["reference"]
+    # the CPU config offers only these two tools: nothing to look at or run, so one turn as is
+    env = CodeAgentEnv(tools=["str_replace", "submit"], max_turns=3)
+    assert env.reference_response(task) == reference_calls(task)
+
+
+def test_multi_turn_references_fit_the_tools_and_turns_offered():
+    task = TASKS[0]
+
+    def names(turns):
+        return [[c.name for c in parse_hermes(t).calls] for t in turns]
+
+    full = CodeAgentEnv(max_turns=6).reference_response(task)
+    assert names(full) == [["read_file"], ["run_tests"], ["str_replace"], ["run_tests"], ["submit"]]
+    three = CodeAgentEnv(max_turns=3).reference_response(task)
+    assert names(three) == [["read_file"], ["str_replace"], ["submit"]]
+    bash_only = CodeAgentEnv(tools=["bash", "str_replace", "submit"], max_turns=4)
+    assert names(bash_only.reference_response(task)) == [
+        ["bash"],
+        ["str_replace"],
+        ["bash"],
+        ["submit"],
+    ]

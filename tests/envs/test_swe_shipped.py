@@ -28,6 +28,8 @@ SAMPLE = random.Random(0).sample(INSTANCES, 3)
 def test_the_set_spans_real_projects_with_licences_and_clean_issue_texts():
     projects = {i.repo for i in INSTANCES}
     assert len(projects) >= 5, projects
+    assert len(INSTANCES) >= 100, len(INSTANCES)
+    assert len({i.bug_patch for i in INSTANCES}) == len(INSTANCES), "two rows inject the same bug"
     for inst in INSTANCES:
         repo = Path(inst.repo_path)
         assert any(repo.glob("LICENSE*")), repo
