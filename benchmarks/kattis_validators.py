@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from gspo_agents.tracking import BenchProgress
 from sandbox import JudgeSpec, Program, Sandbox, TestCase, Verdict
 from sandbox.judging.kattis import load_validator
 
@@ -66,10 +67,14 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         found = {}
         async with Sandbox.create(args.backend, max_concurrency=1) as sb:
-            for label, folder in validators(Path(tmp)).items():
+            folders = validators(Path(tmp))
+            progress = BenchProgress("validators", len(folders))
+            progress.tick(0)
+            for label, folder in folders.items():
                 checker = load_validator(folder, args.backend)
                 judge = JudgeSpec(mode="checker", checker=checker, checker_protocol="kattis")
                 found[label] = await time_per_test(sb, judge, tests, args.repeats)
+                progress.tick()
     for label, seconds in found.items():
         print(f"{label:>10}: {seconds * 1000:.1f} ms per test (program + validator)")
     print(f"launcher overhead: {(found['build/run'] - found['one source']) * 1000:.1f} ms per test")

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import torch
 
+from gspo_agents.tracking import BenchProgress
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learner_throughput import RANDOM_SHAPES, write_random_model  # noqa: E402
 
@@ -307,14 +309,24 @@ def main(argv=None) -> None:
     if args.mem_limit_gib is None:
         args.mem_limit_gib = round(0.7 * _mem_available_gib(), 1)
     rows = []
-    for path in args.paths:
-        if args.longest:
+    points = [
+        (path, n)
+        for path in args.paths
+        for n in args.tokens or DEFAULT_TOKENS
+        if not (path == "today" and args.skip_today_above and n > args.skip_today_above)
+    ]
+    progress = BenchProgress(
+        "paths" if args.longest else "points", len(args.paths) if args.longest else len(points)
+    )
+    progress.tick(0)
+    if args.longest:
+        for path in args.paths:
             rows += longest(args, path)
-            continue
-        for n in args.tokens or DEFAULT_TOKENS:
-            if path == "today" and args.skip_today_above and n > args.skip_today_above:
-                continue
+            progress.tick()
+    else:
+        for path, n in points:
             rows.append(run_point(args, path, n))
+            progress.tick()
     load = os.getloadavg()[0]
     print(
         f"model: {shape} ({args.model})  device: {args.device}  rows/update: {args.rows}  "
