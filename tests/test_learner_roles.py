@@ -79,7 +79,7 @@ def _spy_replayed(learner: Learner, batch) -> list[tuple[int, int, torch.Tensor]
     seen: list[tuple[int, int, torch.Tensor]] = []
     rows_by_ids = {tuple(batch.input_ids_BT[r].tolist()): r for r in range(batch.num_sequences)}
     lengths = batch.attention_mask_BT.sum(dim=1).tolist()
-    forward = learner._logprobs
+    forward = learner._token_stats  # every forward of the learner's own model goes through it
     calls = [0]
 
     def spy(mb):
@@ -93,7 +93,7 @@ def _spy_replayed(learner: Learner, batch) -> list[tuple[int, int, torch.Tensor]
                 seen.append((calls[0], r, replay[:, i * T : i * T + lengths[r]].clone()))
         return forward(mb)
 
-    learner._logprobs = spy  # type: ignore[method-assign]
+    learner._token_stats = spy  # type: ignore[method-assign]
     return seen
 
 
