@@ -141,3 +141,12 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def save_if_due(cfg, run_dir, step: int, groups, tokenizer, force: bool) -> None:
+    """Some of a training step's trajectories as text when `logger.samples_every_steps` says so,
+    at the last step, and on every step that trained nothing (`force`: to see why)."""
+    log = cfg.logger
+    due = log.samples_every_steps and step % log.samples_every_steps == 0
+    if force or step == cfg.trainer.steps or due:
+        save_step(run_dir, step, groups, tokenizer, log.samples_per_step)

@@ -20,10 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents import rundir, samples
 from gspo_agents.batching import (
-    has_signal,
     prepare_batch,
-    refill_task_indices,
-    task_indices_for_step,
     tasks_for_step,
 )
 from gspo_agents.components import (
@@ -38,6 +35,7 @@ from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, regis
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
 from gspo_agents.models import load_tokenizer
+from gspo_agents.refill import refill_groups
 from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 from gspo_agents.tracking import RunTracker
 
@@ -106,7 +104,14 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                 metrics["trained_nothing"] = float(untrained is not None)
                 if untrained is not None:
                     metrics["untrained_reason"] = untrained
-                save_samples(cfg, run_dir, step + 1, result, manager, force=untrained is not None)
+                samples.save_if_due(
+                    cfg,
+                    run_dir,
+                    step + 1,
+                    result.groups,
+                    manager.chat.tokenizer,
+                    untrained is not None,
+                )
                 step += 1
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
@@ -123,19 +128,6 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     if step < t.steps:
         say_stopped(step, t.steps, run_dir / "checkpoint")
     return step
-
-
-def save_samples(cfg, run_dir: Path, step: int, result, manager, force: bool) -> None:
-    """Some trajectories as text when due, and on every step that trained nothing (to see why)."""
-    log = cfg.logger
-    if (
-        force
-        or step == cfg.trainer.steps
-        or (log.samples_every_steps and step % log.samples_every_steps == 0)
-    ):
-        samples.save_step(
-            run_dir, step, result.groups, manager.chat.tokenizer, log.samples_per_step
-        )
 
 
 async def collect_step(manager, tasks, step: int, t, cfg=None):
@@ -181,41 +173,6 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
         await manager.update_weights(weights, version=step + 1)
         rundir.keep_latest_weights(run_dir, Path(weights).name)
     return metrics
-
-
-async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
-    """Dynamic sampling (DAPO): drop groups without reward spread and draw further tasks, for at
-    most `algorithm.dynamic_sampling_rounds` extra rounds. Each round draws `tasks_per_step` tasks
-    the step has not used yet (a whole generation batch, as DAPO does), and the step keeps the
-    first `tasks_per_step` groups with signal. The draw is a function of (step, round, seed), so a
-    resumed run draws the same tasks."""
-    t, a = cfg.trainer, cfg.algorithm
-
-    def signal(g) -> bool:
-        return has_signal(
-            g,
-            per_turn=a.name == "gspo_token",
-            turn_discount=a.turn_discount,
-            overlong_penalty=a.overlong_penalty,
-            overlong_filter=a.overlong_filter,
-            overlong_buffer=a.overlong_buffer,
-            max_new_tokens_per_turn=cfg.rollout.max_new_tokens_per_turn,
-        )
-
-    kept = [g for g in groups if signal(g)]
-    metrics["zero_spread_frac_before_refill"] = 1.0 - len(kept) / max(len(groups), 1)
-    used = set(task_indices_for_step(len(tasks), step, t.tasks_per_step, t.seed))
-    rounds = 0
-    while len(kept) < t.tasks_per_step and rounds < a.dynamic_sampling_rounds:
-        draw = refill_task_indices(len(tasks), step, rounds + 1, t.tasks_per_step, t.seed, used)
-        if not draw:
-            break  # every task of the split is already in this step
-        rounds += 1
-        used.update(draw)
-        more = await manager.collect([tasks[i] for i in draw])
-        kept += [g for g in more.groups if signal(g)]
-    metrics["refill_rounds"] = float(rounds)
-    return kept[: t.tasks_per_step] if kept else groups
 
 
 def quiet_libraries() -> None:

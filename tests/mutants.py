@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 L = "gspo_agents/learner/learner.py"
 B = "gspo_agents/batching.py"
 T = "gspo_agents/train.py"
+RF = "gspo_agents/refill.py"
 M = "gspo_agents/learner/moe.py"
 OFF = "gspo_agents/offpolicy.py"
 R = "tests/test_learner_roles.py"
@@ -113,25 +114,25 @@ MUTANTS = {
         BR + "::test_per_turn_overlong_penalty_lands_on_the_last_turn",
     ),
     "refill_ignores_discount": (
-        T,
+        RF,
         "            turn_discount=a.turn_discount,\n            overlong_penalty=a.overlong_penalty,\n            overlong_filter",
         "            overlong_penalty=a.overlong_penalty,\n            overlong_filter",
         BR + "::test_refill_signal_check_uses_the_turn_discount",
     ),
     "refill_redraws_step_tasks": (
-        T,
+        RF,
         "draw = refill_task_indices(len(tasks), step, rounds + 1, t.tasks_per_step, t.seed, used)",
         "draw = task_indices_for_step(len(tasks), step, t.tasks_per_step, t.seed + 7919 * (rounds + 1))",
         BR + "::test_refill_never_redraws_a_task_and_truncates_to_the_step_size",
     ),
     "refill_forgets_used": (
-        T,
+        RF,
         "        used.update(draw)\n",
         "",
         BR + "::test_refill_never_redraws_a_task_and_truncates_to_the_step_size",
     ),
     "refill_no_truncation": (
-        T,
+        RF,
         "return kept[: t.tasks_per_step] if kept else groups",
         "return kept if kept else groups",
         BR + "::test_refill_never_redraws_a_task_and_truncates_to_the_step_size",

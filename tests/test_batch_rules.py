@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 from test_advantages import multi_turn, turn_values
 
-from gspo_agents import train
+from gspo_agents import refill, train
 from gspo_agents.batching import (
     has_signal,
     is_overlong,
@@ -203,7 +203,7 @@ def _refill(tasks, *, name="gspo", discount=1.0, tasks_per_step=2, rounds=3):
         manager.collect([tasks[i] for i in task_indices_for_step(len(tasks), 0, tasks_per_step, 0)])
     )
     metrics: dict = {}
-    kept = asyncio.run(train.refill_groups(cfg, manager, tasks, 0, first.groups, metrics))
+    kept = asyncio.run(refill.refill_groups(cfg, manager, tasks, 0, first.groups, metrics))
     return kept, manager.calls, metrics
 
 

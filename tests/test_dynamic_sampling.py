@@ -10,9 +10,9 @@ from test_manager_support import CounterEnv, tiny_model_dir, tiny_tokenizer
 
 import envs
 from gspo_agents.batching import has_signal
+from gspo_agents.refill import refill_groups
 from gspo_agents.rollout.local_engine import LocalEngine
 from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
-from gspo_agents.train import refill_groups
 
 
 def _cfg(rounds: int, tasks_per_step: int):
