@@ -14,6 +14,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 L = "gspo_agents/learner/learner.py"
+PP = "gspo_agents/learner/prepass.py"
+P = "gspo_agents/learner/probe.py"
 B = "gspo_agents/batching.py"
 T = "gspo_agents/train.py"
 RF = "gspo_agents/refill.py"
@@ -24,7 +26,7 @@ BR = "tests/test_batch_rules.py"
 NO = "tests/test_new_options.py"
 MUTANTS = {
     "decoupled_anchor_engine": (
-        L,
+        PP,
         'if off.old_logprobs != "engine":',
         'if off.old_logprobs == "recompute":',
         R + "::test_decoupled_anchor_is_the_trainer_and_weight_is_trainer_over_engine",
@@ -50,11 +52,11 @@ MUTANTS = {
     "replay_rerecorded_each_step": (
         L,
         "            skipped += 0 if stepped else 1\n",
-        "            skipped += 0 if stepped else 1\n            if self.cfg.routing_replay:\n                pre.routes = self._pre_update(batch, lengths).routes\n",
+        "            skipped += 0 if stepped else 1\n            if self.cfg.routing_replay:\n                pre.routes = pre_update(self, batch, lengths).routes\n",
         R + "::test_routing_replay_feeds_each_row_its_own_old_routes_at_every_step",
     ),
     "volatility_all_tokens": (
-        L,
+        P,
         "experts = changed_experts(before, after[0], mb.loss_mask_BT.reshape(-1))",
         "experts = changed_experts(before, after[0], mb.attention_mask_BT.reshape(-1))",
         R + "::test_expert_volatility_is_the_model_token_set_change_after_one_optimizer_step",
@@ -66,7 +68,7 @@ MUTANTS = {
         R + "::test_expert_volatility_is_the_model_token_set_change_after_one_optimizer_step",
     ),
     "volatility_older_measure": (
-        L,
+        P,
         '"expert_volatility": c[2] / c[3] if c[3] > 0 else 0.0',
         '"expert_volatility": c[0] / c[1] if c[1] > 0 else 0.0',
         R + "::test_expert_volatility_is_the_model_token_set_change_after_one_optimizer_step",

@@ -11,6 +11,14 @@ into one padding-free row where the attention implementation allows (packing.py)
 once per micro-batch instead of once per row (prefix.py). Each path's step equals the plain
 full-logits, padded one up to rounding (tests).
 
+This file is the `Learner`: its public API, the update loop, one minibatch's micro-batched
+loss and optimizer step, and the forward every pass shares (`_token_stats`). Beside it by role:
+- `prepass`: the old policy's and the frozen reference's passes before the first step;
+- `probe`: what the first minibatch measures (engine gap, expert volatility);
+- `build`: the model, optimizer and fast-path checks made from the config;
+- `checkpoint`, `parallel`, `head`, `packing`, `prefix`, `moe`: saving, FSDP2, the chunked
+  log-prob head, packed rows, prompt-prefix sharing, router hooks.
+
 It does not know about engines, HTTP or environments: weights leave as an HF directory
 (`export_hf`) and trajectories arrive as a `FlatBatch`.
 
@@ -19,13 +27,11 @@ Shape legend: B rows of the batch, T padded positions, V vocabulary.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
 
 import torch
-from torch import nn
 
 from gspo_agents.learner import checkpoint
 from gspo_agents.learner.batching import (
@@ -34,17 +40,16 @@ from gspo_agents.learner.batching import (
     split_minibatches,
     token_budget_microbatches,
 )
+from gspo_agents.learner.build import (
+    build_optimizer,
+    enable_activation_checkpointing,
+    load_model,
+    prefix_sharing_blockers,
+)
 from gspo_agents.learner.config import LearnerConfig
 from gspo_agents.learner.errors import BatchError
 from gspo_agents.learner.head import TokenHead
-from gspo_agents.learner.moe import (
-    RouterRecorder,
-    changed_experts,
-    differing_expert_sets,
-    routes_for_microbatch,
-    routes_per_row,
-    with_engine_routes,
-)
+from gspo_agents.learner.moe import RouterRecorder, routes_for_microbatch
 from gspo_agents.learner.packing import pack, packing_unsupported
 from gspo_agents.learner.parallel import (
     ProcessInfo,
@@ -56,12 +61,20 @@ from gspo_agents.learner.parallel import (
     use_bf16,
 )
 from gspo_agents.learner.prefix import plan_microbatches, shared_prefix_stats
-from gspo_agents.learner.probe import PreUpdate, Probe, Rows, all_gather_floats, version_lag
+from gspo_agents.learner.prepass import pre_update
+from gspo_agents.learner.probe import (
+    PreUpdate,
+    Probe,
+    Rows,
+    expert_volatility,
+    probe_metrics,
+    record_probe,
+    version_lag,
+)
 from gspo_agents.learner.regularizers import load_reference
 from gspo_agents.learner.stats import MinibatchStats, masked_mean, mean_over
 from gspo_agents.logprobs import TokenStats
 from gspo_agents.objectives import get_objective, policy_loss
-from gspo_agents.offpolicy import behaviour_weights, mismatch_metrics, sequence_log_ratio
 from gspo_agents.trajectory import FlatBatch
 
 log = logging.getLogger(__name__)
@@ -86,7 +99,7 @@ class Learner:
         self.device = self._info.device
         torch.manual_seed(cfg.seed)
         self._bf16 = use_bf16(cfg.mixed_precision, self.device)
-        self.model, self._export_dtype = _load_model(self.model_path, self.device)
+        self.model, self._export_dtype = load_model(self.model_path, self.device)
         self._routers = RouterRecorder(self.model)  # hooks before sharding: plain module paths
         self._ref = (
             load_reference(self.model_path, self.device, self._info.distributed, self._bf16)
@@ -94,12 +107,12 @@ class Learner:
             else None
         )
         if cfg.activation_checkpointing:
-            _enable_activation_checkpointing(self.model)
+            enable_activation_checkpointing(self.model)
         if self._info.distributed:
             shard_model(self.model, self._bf16)
         # single-process CUDA gets bf16 through autocast; under FSDP the MixedPrecisionPolicy does it
         self._autocast = self._bf16 and not self._info.distributed
-        self.optimizer = _build_optimizer(self.model, cfg, self.device)
+        self.optimizer = build_optimizer(self.model, cfg, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._objective = get_objective(cfg.algorithm)
         self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
@@ -142,7 +155,7 @@ class Learner:
         start = time.perf_counter()
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
         engine_lp_BT = batch.old_logprobs_BT
-        pre = self._pre_update(batch, lengths)
+        pre = pre_update(self, batch, lengths)
         batch = pre.batch
         self.model.train()
         per_minibatch, probe, skipped, volatility = [], Probe(), 0, {}
@@ -156,12 +169,12 @@ class Learner:
             skipped += 0 if stepped else 1
             if i == 0 and self._routers.enabled:
                 # the paper's volatility is a one-gradient-update quantity: measure it now
-                volatility = self._expert_volatility(batch, probe)
+                volatility = expert_volatility(self, batch, probe)
         metrics = mean_over(per_minibatch)
         # before any weight changed: the clipping that staleness and numerics alone cause
         metrics["clip_frac_tokens_first_mb"] = per_minibatch[0]["clip_frac_tokens"]
         metrics["clip_frac_seqs_first_mb"] = per_minibatch[0]["clip_frac_seqs"]
-        metrics.update(self._probe_metrics(probe))
+        metrics.update(probe_metrics(probe, self._info, self.device))
         metrics.update(volatility)
         metrics.update(pre.metrics)  # the whole batch's mismatch, when it was recomputed
         metrics.update(version_lag(batch))
@@ -176,70 +189,6 @@ class Learner:
             update_tokens_per_s=float(sum(lengths)) / max(elapsed, 1e-9),
         )
         return metrics
-
-    def _pre_update(self, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
-        pre = self._old_policy_pass(batch, lengths)
-        if self._ref is not None:
-            pre.ref_logprobs_BT = self._reference_logprobs(batch, lengths)
-        return pre
-
-    @torch.no_grad()
-    def _reference_logprobs(self, batch: FlatBatch, lengths: list[int]) -> torch.Tensor:
-        """The frozen reference's log-probs of every token, [B, T] on CPU (KL penalty)."""
-        assert self._ref_head is not None
-        out_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
-        mine = rank_rows(list(range(batch.num_sequences)), self.rank, self.world_size)
-        for rows in self._synced_microbatches(batch, mine, lengths):
-            mb = self._micro(batch, rows, lengths)
-            ids_BT = mb.input_ids_BT.to(self.device)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
-                stats = self._ref_head(ids_BT, attention_mask=mb.attention_mask_BT.to(self.device))
-            if rows is not None:
-                out_BT[rows, : ids_BT.shape[1]] = stats.logprobs_BT
-        return all_reduce_(out_BT, self._info).cpu()
-
-    @torch.no_grad()
-    def _old_policy_pass(self, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
-        """What the old policy (the weights before this update) says about the batch, when an
-        option needs it: its log-probs (the anchor and the behaviour weights) and its routing."""
-        off, replay = self._off, self.cfg.routing_replay
-        if not (off.needs_trainer_logprobs or replay):
-            return PreUpdate(batch)
-        self.model.eval()
-        # With replay every rank needs the routes of the rows it will train: all ranks take all.
-        rows = list(range(batch.num_sequences))
-        mine = rows if replay else rank_rows(rows, self.rank, self.world_size)
-        lp_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
-        routes: dict[int, torch.Tensor] = {}
-        for micro in self._synced_microbatches(batch, mine, lengths):
-            mb = self._micro(batch, micro, lengths)
-            with self._routers.recording() if replay else _null() as rec:
-                lp, T = self._logprobs(mb)
-            if micro is None:
-                continue
-            lp_BT[micro, :T] = lp
-            if replay and rec:
-                cut = routes_per_row(rec[0], len(micro), [lengths[r] for r in micro])
-                routes.update(zip(micro, cut, strict=True))
-        if not replay:
-            all_reduce_(lp_BT, self._info)
-        trainer_lp_BT = lp_BT.cpu()
-        if replay and self.cfg.routing_replay_source == "engine":  # the routes behind pi_old
-            layers, k = len(self._routers.routers), self._routers.top_k
-            try:
-                routes = with_engine_routes(routes, batch.engine_routes, layers, k)
-            except ValueError as exc:
-                raise BatchError(str(exc)) from None
-        out = PreUpdate(batch, routes=routes)
-        if off.needs_trainer_logprobs:
-            mask = batch.loss_mask_BT.bool()
-            out.weights_BT, out.metrics = behaviour_weights(
-                trainer_lp_BT, batch.old_logprobs_BT, mask, off, self._objective.ratio_level
-            )
-            if off.old_logprobs != "engine":
-                anchor_BT = torch.where(mask, trainer_lp_BT, torch.zeros_like(trainer_lp_BT))
-                out.batch = dataclasses.replace(batch, old_logprobs_BT=anchor_BT)
-        return out
 
     @torch.no_grad()
     def compute_logprobs(self, batch: FlatBatch) -> torch.Tensor:
@@ -316,7 +265,7 @@ class Learner:
             elif self.cfg.routing_replay:  # a dummy micro-batch: replay its own (row 0) routes
                 self._routers.replay(routes_for_microbatch([pre.routes[0]], T, self._routers.top_k))
             record = probe is not None and micro_rows is not None and self._routers.enabled
-            with self._routers.recording() if record else _null() as routes:
+            with self._routers.recording_if(record) as routes:
                 tokens = self._token_stats(mb)
             lp_BT = tokens.logprobs_BT
             entropy_BT = tokens.entropy_BT if self.cfg.entropy_coef else None
@@ -335,7 +284,7 @@ class Learner:
                 stats.add(loss, metrics)
             if probe is not None:
                 engine = engine_lp_BT[micro_rows, :T] if micro_rows is not None else None
-                self._record_probe(probe, micro_rows, lp_BT, mb, routes, engine)
+                record_probe(probe, micro_rows, lp_BT, mb, routes, engine, self.device)
         grad_norm, stepped = self._optimizer_step(stats.sums["loss"])
         return stats.reduce(self._info), grad_norm, stepped
 
@@ -444,74 +393,11 @@ class Learner:
         )
 
     # ----------------------------------------------------------------------------------------
-    # probes: engine-vs-learner gap and expert volatility
-    # ----------------------------------------------------------------------------------------
-    def _record_probe(self, probe: Probe, rows: Rows, lp_BT, mb: FlatBatch, routes, engine) -> None:
-        probe.micro.append(rows)
-        probe.routes.append(routes[0] if routes else None)
-        if rows is None:
-            return
-        mask = mb.loss_mask_BT.to(self.device).bool()
-        engine = engine.to(self.device)
-        gap = (lp_BT.detach() - engine).abs()[mask]
-        if gap.numel():
-            probe.gap_sum += float(gap.sum())
-            probe.gap_max = max(probe.gap_max, float(gap.max()))
-            probe.gap_count += gap.numel()
-        log_w_B = sequence_log_ratio(lp_BT.detach(), engine, mask)[mask.any(dim=1)]
-        probe.seq_log_ratios.extend(log_w_B.tolist())
-
-    def _probe_metrics(self, probe: Probe) -> dict[str, float]:
-        d = self.device
-        sums = all_reduce_(torch.tensor([probe.gap_sum, probe.gap_count], device=d), self._info)
-        gap_max = all_reduce_(torch.tensor([probe.gap_max], device=d), self._info, _MAX)
-        out = {
-            "logprob_gap_abs_mean": float(sums[0] / sums[1]) if sums[1] > 0 else 0.0,
-            "logprob_gap_abs_max": float(gap_max),
-        }
-        # the first minibatch's sequences, all ranks (an update without a recompute pass)
-        log_w = all_gather_floats(probe.seq_log_ratios, self._info)
-        out.update(mismatch_metrics(log_w, torch.ones_like(log_w, dtype=torch.bool)))
-        return out
-
-    @torch.no_grad()
-    def _expert_volatility(self, batch: FlatBatch, probe: Probe) -> dict[str, float]:
-        """Re-route the first minibatch's tokens under the weights after its ONE optimizer step
-        and compare with the routes recorded in its forward before the step."""
-        lengths = batch.attention_mask_BT.sum(dim=1).tolist()
-        counts = torch.zeros(4, dtype=torch.float64, device=self.device)
-        for rows, before in zip(probe.micro, probe.routes, strict=True):
-            mb = self._micro(batch, rows, lengths)
-            with self._routers.recording() as after:
-                self._logprobs(mb)
-            if rows is None or before is None or not after:
-                continue
-            sets = differing_expert_sets(before, after[0], mb.attention_mask_BT.reshape(-1))
-            experts = changed_experts(before, after[0], mb.loss_mask_BT.reshape(-1))
-            counts += torch.tensor([*sets, *experts], dtype=torch.float64, device=self.device)
-        all_reduce_(counts, self._info)
-        c = counts.tolist()
-        return {
-            # the paper's: share of activated experts that change, response tokens only
-            "expert_volatility": c[2] / c[3] if c[3] > 0 else 0.0,
-            # the older measure: share of (token, layer) top-k sets that change, all tokens
-            "expert_set_change_frac": c[0] / c[1] if c[1] > 0 else 0.0,
-        }
-
-    # ----------------------------------------------------------------------------------------
     def _prefix_sharing_supported(self) -> bool:
         """share_prompt_prefix needs one process, dense routing and a live KV cache."""
-        reasons = {
-            "distributed (FSDP) training": self._info.distributed,
-            "a mixture-of-experts model (the router probe needs one forward per micro-batch)": (
-                self._routers.enabled
-            ),
-            "activation checkpointing (transformers disables the KV cache)": (
-                self.cfg.activation_checkpointing
-            ),
-            "an entropy bonus (it needs every position's full logits)": self.cfg.entropy_coef > 0,
-        }
-        off = [why for why, present in reasons.items() if present]
+        off = prefix_sharing_blockers(
+            self.cfg, distributed=self._info.distributed, moe=self._routers.enabled
+        )
         if off and self.is_main:
             log.warning("share_prompt_prefix is off: not supported with %s", "; ".join(off))
         return not off
@@ -539,51 +425,6 @@ class Learner:
                 f"token id {top} >= the model's vocab size {vocab}: the batch was tokenized for "
                 "another model (check model.path and the engine's tokenizer)"
             )
-
-
-_MAX = torch.distributed.ReduceOp.MAX
-
-
-class _null:
-    """`with` target that yields an empty list (no router recording)."""
-
-    def __enter__(self) -> list:
-        return []
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-def _load_model(model_path: str, device: torch.device) -> tuple[nn.Module, torch.dtype]:
-    """fp32 master weights on `device`; returns the model and the checkpoint's own dtype."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(model_path)
-    saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    saved_dtype = getattr(torch, saved) if isinstance(saved, str) else (saved or torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    model.config.use_cache = False
-    return model.to(device), saved_dtype
-
-
-def _enable_activation_checkpointing(model: nn.Module) -> None:
-    """Recompute each decoder layer in backward (non-reentrant: works under FSDP2)."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-        model.activation_checkpointing_enable(kwargs)
-    else:
-        model.gradient_checkpointing_enable(kwargs)
-
-
-def _build_optimizer(model: nn.Module, cfg: LearnerConfig, device: torch.device):
-    """AdamW; decay on matrices only (norm scales and biases keep their values)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), foreach=True, fused=False)
 
 
 __all__ = ["Learner", "LearnerConfig"]

@@ -18,7 +18,7 @@ top-k we take ourselves (older MoE blocks; recording only, no replay).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -102,6 +102,10 @@ class RouterRecorder:
             if self._calls:
                 box.append(torch.stack(self._calls))
             self._calls = []
+
+    def recording_if(self, record: bool) -> AbstractContextManager[list[torch.Tensor]]:
+        """`recording()` when `record`, else a context that yields an empty list."""
+        return self.recording() if record else nullcontext([])
 
     def replay(self, routes_LNK: torch.Tensor | None) -> None:
         """Replay these expert ids ([layers, tokens, k]) in every forward until `replay(None)`.
