@@ -13,6 +13,7 @@ from gspo_agents.rollout.engine import Engine, EngineRequestError, SamplingParam
 from gspo_agents.rollout.local_batch import new_cache
 from gspo_agents.rollout.local_engine import LocalEngine
 from gspo_agents.rollout.local_forward import Qwen3Forward
+from gspo_agents.rollout.local_runner import detect_cache_kwarg
 from gspo_agents.trajectory import Trajectory
 
 TOL = 1e-4
@@ -357,7 +358,7 @@ def test_qwen3_fast_forward_equals_the_transformers_forward(reference):
     ids = torch.tensor([[0] * (length - len(p)) + p for p in ps])
     mask = torch.tensor([[0] * (length - len(p)) + [1] * len(p) for p in ps])
     ours, theirs = new_cache(reference.config), DynamicCache(config=reference.config)
-    cache_kwarg = LocalEngine._detect_cache_kwarg(reference)
+    cache_kwarg = detect_cache_kwarg(reference)
     with torch.inference_mode():
         for step in range(4):
             positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1] :]

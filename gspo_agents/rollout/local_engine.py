@@ -4,8 +4,10 @@ The CPU default engine, and the engine behind `python -m gspo_agents.serve`. It 
 high-throughput server: one worker thread owns the model and a left-padded batch with a KV cache;
 requests join the running batch at step boundaries (their prompts are prefilled together, and their
 cache rows are left-padded and appended) and leave it when they finish, are aborted or cancelled.
-The event loop never runs a forward pass. This file is the public API, admission control and the
-worker loop; the parts live beside it by role:
+The event loop never runs a forward pass. This file is the public API, admission control, pauses,
+the timing of weight swaps and the worker loop; the parts live beside it by role:
+- `local_runner`: the model side of the worker: the weights in use, prefill and decode forwards,
+  the sampling step that says which rows are done, and the checks that build a new model.
 - `local_batch`: the running batch, its preallocated KV cache and per-row state; identical
   prompts admitted together (the G samples of a task) are prefilled once.
 - `local_sampling`: every row sampled at once from a counter-based per-request seed.
@@ -35,12 +37,9 @@ Shape legend: B rows in the running batch, L cache length (incl. left padding), 
 from __future__ import annotations
 
 import asyncio
-import copy
-import inspect
 import threading
 import time
 from collections import deque
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -65,8 +64,15 @@ from gspo_agents.rollout.local_request import (
     resolve,
     resolve_all,
 )
-from gspo_agents.rollout.local_routes import EngineRoutes
-from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed, sample_rows
+from gspo_agents.rollout.local_runner import (
+    ModelRunner,
+    check_named_tensors,
+    check_same_vocab,
+    eos_of,
+    model_with_tensors,
+    sample_step,
+)
+from gspo_agents.rollout.local_sampling import SEED_BITS, fold_seed
 
 
 @dataclass(slots=True)
@@ -116,11 +122,9 @@ class LocalEngine:
         self._trainer_pause_mode = check_pause_mode(pause_mode)
         self.model_path = model_path
         self._dtype = dtype
-        self._model = load_model(model_path, dtype)
-        self._cache_kwarg = self._detect_cache_kwarg(self._model)
-        self._fast_forward = Qwen3Forward.for_model(self._model)
-        self._routes = EngineRoutes(self._model) if return_routed_experts else None
-        self._eos_ids = self._eos_of(self._model) if stop_on_eos else frozenset()
+        model = load_model(model_path, dtype)
+        self._runner = ModelRunner(model, Qwen3Forward.for_model(model), return_routed_experts)
+        self._eos_ids = eos_of(model) if stop_on_eos else frozenset()
         self._max_batch = max_batch_size
         self._version = weight_version
         self._generator = torch.Generator().manual_seed(seed)
@@ -149,11 +153,11 @@ class LocalEngine:
 
     @property
     def context_length(self) -> int:
-        return int(self._model.config.max_position_embeddings)
+        return int(self._runner.model.config.max_position_embeddings)
 
     @property
     def returns_routed_experts(self) -> bool:
-        return self._routes is not None
+        return self._runner.routes is not None
 
     @property
     def max_batch_size(self) -> int:
@@ -161,7 +165,7 @@ class LocalEngine:
 
     @property
     def vocab_size(self) -> int:
-        return int(self._model.config.vocab_size)
+        return int(self._runner.model.config.vocab_size)
 
     async def generate(
         self,
@@ -223,11 +227,7 @@ class LocalEngine:
     async def update_weights(self, path: str, version: int) -> None:
         """Load HF weights from `path`; swap when no request runs; tag later tokens `version`."""
         model = await asyncio.to_thread(load_model, path, self._dtype)
-        if model.config.vocab_size != self._model.config.vocab_size:
-            raise EngineRequestError(
-                f"checkpoint {path!r} has vocab_size {model.config.vocab_size}, the engine's model "
-                f"has {self._model.config.vocab_size}: update_weights needs the same architecture"
-            )
+        check_same_vocab(model, self._runner.model, path)
         await self._swap_in(model, version)
         self.model_path = path
 
@@ -236,25 +236,9 @@ class LocalEngine:
     ) -> None:
         """Replace the named parameters (names of the in-memory model's state_dict), as the
         distributed weight update delivers them; the rest stay as they are."""
-        own = self._model.state_dict()
-        unknown = sorted(set(named_tensors) - set(own))
-        if unknown:
-            raise EngineRequestError(
-                f"unknown parameter names {unknown[:5]} (of {len(unknown)}); send the names of "
-                "the model's state_dict"
-            )
-        for name, tensor in named_tensors.items():
-            if tuple(tensor.shape) != tuple(own[name].shape):
-                raise EngineRequestError(
-                    f"{name}: shape {tuple(tensor.shape)} != model's {tuple(own[name].shape)}"
-                )
-
-        def build() -> torch.nn.Module:
-            model = copy.deepcopy(self._model)
-            model.load_state_dict(named_tensors, strict=False)
-            return model
-
-        await self._swap_in(await asyncio.to_thread(build), version)
+        check_named_tensors(self._runner.model, named_tensors)
+        model = await asyncio.to_thread(model_with_tensors, self._runner.model, named_tensors)
+        await self._swap_in(model, version)
 
     async def _swap_in(self, model: torch.nn.Module, version: int) -> None:
         fast = await asyncio.to_thread(Qwen3Forward.for_model, model)  # not under the lock
@@ -323,7 +307,7 @@ class LocalEngine:
     def _check_routes_start(self, start: int | None, prompt: int) -> None:
         if start is None:
             return
-        if self._routes is None:
+        if self._runner.routes is None:
             raise EngineRequestError(
                 "routed experts asked of a LocalEngine built without return_routed_experts=True"
             )
@@ -414,12 +398,8 @@ class LocalEngine:
         if self._swap is not None:
             if running == 0 or self._held():
                 self._keep_through_update(self._swap.version)
-                self._model, self._version = self._swap.model, self._swap.version
-                self._cache_kwarg = self._detect_cache_kwarg(self._model)
-                self._fast_forward = self._swap.fast_forward
-                if self._routes is not None:
-                    self._routes.close()
-                    self._routes = EngineRoutes(self._model)
+                self._version = self._swap.version
+                self._runner.swap(self._swap.model, self._swap.fast_forward)
                 self._swap.done.set()
                 self._swap = None
             return []  # no admissions while a swap waits for the batch to drain
@@ -457,72 +437,16 @@ class LocalEngine:
         if len(batch) and not self._held():
             self.stats.max_running = max(self.stats.max_running, len(batch))
             self.stats.forward_steps += 1
-            self._decode(batch)
+            self._sample_and_retire(batch, self._runner.decode(batch))
         if admitted:
             self.stats.forward_steps += 1
-            batch.merge(self._prefill(admitted))
-
-    def _forward(self, input_ids, mask_BL, positions, cache):
-        if self._fast_forward is not None:
-            return self._fast_forward(input_ids, mask_BL, positions, cache)
-        kwargs = {self._cache_kwarg: cache}
-        out = self._model(
-            input_ids=input_ids,
-            attention_mask=mask_BL,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **kwargs,
-        )
-        return out.logits[:, -1]
-
-    def _prefill(self, requests: list[Request]) -> Batch:
-        new, prefill = Batch.for_prefill(requests, self._model.config)
-        with self._recording(requests) as routes:
-            logits_BV = self._forward(
-                prefill.ids_UL, prefill.mask_UL, prefill.positions_UL, new.cache
-            )
-        if routes:
-            EngineRoutes.keep_prefill(requests, prefill, routes[0])
-        self.stats.prefill_rows += len(prefill.ids_UL)
-        if prefill.row_of_B is not None:
-            new.expand(prefill.row_of_B)
-            logits_BV = logits_BV[prefill.row_of_B]
-        self._sample_and_retire(new, logits_BV)
-        return new
-
-    def _decode(self, batch: Batch) -> None:
-        mask_BL = batch.open_column()
-        with self._recording(batch.rows) as routes:
-            logits_BV = self._forward(
-                batch.next_tok_B[:, None], mask_BL, batch.next_pos_B[:, None], batch.cache
-            )
-        if routes:
-            EngineRoutes.keep_decode(batch.rows, routes[0])
-        batch.next_pos_B = batch.next_pos_B + 1
-        self._sample_and_retire(batch, logits_BV)
-
-    def _recording(self, rows: list[Request]):
-        return self._routes.forward(rows) if self._routes is not None else nullcontext([])
+            new, logits_BV, prompts = self._runner.prefill(admitted)
+            self.stats.prefill_rows += prompts
+            self._sample_and_retire(new, logits_BV)
+            batch.merge(new)
 
     def _sample_and_retire(self, batch: Batch, logits_BV: torch.Tensor) -> None:
-        filtered = (batch.top_k_B, batch.top_p_B) if batch.filtered else (None, None)
-        token_B, logprob_B = sample_rows(
-            logits_BV, batch.temp_B, batch.seed_B, batch.count_B, *filtered
-        )
-        batch.next_tok_B, batch.count_B = token_B, batch.count_B + 1
-        done, matched = [], []
-        for i, request, token, logprob in zip(
-            range(len(batch)), batch.rows, token_B.tolist(), logprob_B.tolist(), strict=True
-        ):
-            request.tokens.append(token)
-            request.logprobs.append(logprob)
-            if token in request.stop_ids:
-                done.append(i)
-                matched.append(token)
-            elif len(request.tokens) >= request.sampling.max_new_tokens:
-                done.append(i)
-                matched.append(None)
+        done, matched = sample_step(batch, logits_BV)
         if done:
             self._retire(batch, done, matched)
 
@@ -544,16 +468,3 @@ class LocalEngine:
 
     def _draw_seed(self) -> int:
         return int(torch.randint(0, 1 << SEED_BITS, (1,), generator=self._generator))
-
-    @staticmethod
-    def _detect_cache_kwarg(model) -> str:
-        # transformers 5.x renamed `past_key_values` to `cache`; accept either.
-        params = inspect.signature(model.forward).parameters
-        return "cache" if "cache" in params else "past_key_values"
-
-    @staticmethod
-    def _eos_of(model) -> frozenset[int]:
-        eos = model.config.eos_token_id
-        if eos is None:
-            return frozenset()
-        return frozenset(eos if isinstance(eos, list) else [eos])
