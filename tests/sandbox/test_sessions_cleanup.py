@@ -59,6 +59,24 @@ async def test_closed_on_cancellation_mid_call(pool: SessionPool) -> None:  # no
     assert pool.live == 0 and leftovers(pool) == []
 
 
+async def test_cancelled_while_its_sandbox_starts(pool: SessionPool) -> None:  # noqa: F811
+    """Cancelled at its first step (the session's cgroup being made in a thread, which runs on)
+    and later in the start: no cgroup, process or container of it stays behind."""
+    for steps in (1, 1, 20):
+
+        async def episode() -> None:
+            async with pool.session() as ws:
+                await ws.exec("true")
+
+        task = asyncio.create_task(episode())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pool.live == 0 and leftovers(pool) == []
+
+
 async def test_pool_close_ends_live_sessions(pool: SessionPool) -> None:  # noqa: F811
     hold = asyncio.Event()
     running: list[int] = []
