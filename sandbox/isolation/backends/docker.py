@@ -8,7 +8,8 @@ in the container after each test.
 Every container: no network, read-only root, a size-capped tmpfs /tmp (the only writable place),
 pids/memory/cpu limits, an unprivileged per-container uid, no-new-privileges, all capabilities
 dropped, private ipc. Containers are labelled with their owner (host:pid); at start we remove
-containers whose owner process is gone, at close (and at interpreter exit) our own.
+containers (and fd-socket dirs, named with the pid) whose owner process is gone, at close (and at
+interpreter exit) our own. A start that fails or is cancelled removes its container at once.
 A container that misbehaved (its runner died, a run was cancelled or timed out) is destroyed and
 replaced, so nothing one submission left behind can meet the next. After every run the runner
 empties the writable dirs (/tmp, /dev/shm, /dev/mqueue: chmod before delete, so modes do not
