@@ -8,7 +8,7 @@ in the container after each test.
 Every container: no network, read-only root, a size-capped tmpfs /tmp (the only writable place),
 pids/memory/cpu limits, an unprivileged per-container uid, no-new-privileges, all capabilities
 dropped, private ipc. Containers are labelled with their owner (host:pid); at start we remove
-containers (and fd-socket dirs, named with the pid) whose owner process is gone, at close (and at
+containers (and fd-socket dirs) whose owner process (pid and start time) is gone, at close (and at
 interpreter exit) our own. A start that fails or is cancelled removes its container at once.
 A container that misbehaved (its runner died, a run was cancelled or timed out) is destroyed and
 replaced, so nothing one submission left behind can meet the next. After every run the runner
@@ -57,6 +57,7 @@ from sandbox.isolation.backends.base import (
 
 log = logging.getLogger(__name__)
 LABEL = "gspo-sandbox.owner"
+START_LABEL = "gspo-sandbox.owner-start"  # the owner's start time: its pid may be reused
 
 
 def owner_id() -> str:
@@ -108,6 +109,7 @@ class DockerBackend(Backend):
         self.cgroup_parent = cgroup_parent
         self.docker = shutil.which("docker") or ""
         self.owner = owner_id()
+        self.owner_start = cgroups_mod.start_ticks(os.getpid())
         self._idle: asyncio.Queue[Container] | None = None
         self._live: dict[str, Container] = {}
         self._uids_in_use: set[int] = set()
@@ -165,7 +167,7 @@ class DockerBackend(Backend):
                     "--filter",
                     f"label={LABEL}",
                     "--format",
-                    f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}',
+                    f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}} {{{{.Label "{START_LABEL}"}}}}',
                 ],
                 capture_output=True,
                 text=True,
@@ -173,9 +175,9 @@ class DockerBackend(Backend):
             )
             stale = []
             for row in listing.stdout.splitlines():
-                cid, _, owner = row.partition(" ")
+                cid, owner, start = (row.split(" ", 2) + ["", ""])[:3]
                 name, _, pid = owner.rpartition(":")
-                if name == me and pid.isdigit() and not cgroups_mod.pid_alive(int(pid)):
+                if name == me and pid.isdigit() and not cgroups_mod.owner_alive(f"{pid}.{start}"):
                     stale.append(cid)
             if stale:
                 log.info("removing %d stale sandbox containers", len(stale))
@@ -194,6 +196,8 @@ class DockerBackend(Backend):
             name,
             "--label",
             f"{LABEL}={self.owner}",
+            "--label",
+            f"{START_LABEL}={self.owner_start}",
             "--network",
             "none",
             "--read-only",
@@ -348,12 +352,12 @@ class DockerBackend(Backend):
 
 
 CTL_TIMEOUT_S = 60.0  # a cold container start on a loaded host takes seconds
-CTL_PREFIX = "gspo-sb-ctl-"  # + owner pid + "-": the next start removes a dead owner's dirs
+CTL_PREFIX = "gspo-sb-ctl-"  # + owner pid.start + "-": the next start removes a dead owner's
 
 
 def _ctl_listener() -> tuple[socket.socket, str]:
     """A listening unix socket in a fresh dir, to be bind-mounted into one container."""
-    ctl_dir = tempfile.mkdtemp(prefix=f"{CTL_PREFIX}{os.getpid()}-")
+    ctl_dir = tempfile.mkdtemp(prefix=f"{CTL_PREFIX}{cgroups_mod.owner_tag()}-")
     os.chmod(ctl_dir, 0o755)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -371,7 +375,7 @@ def _reap_ctl_dirs() -> None:
     """Remove the fd-socket dirs of owners that died while a container was starting."""
     for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{CTL_PREFIX}*-*")):
         owner = os.path.basename(path)[len(CTL_PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and not cgroups_mod.pid_alive(int(owner)):
+        if not cgroups_mod.owner_alive(owner):
             shutil.rmtree(path, ignore_errors=True)
 
 
