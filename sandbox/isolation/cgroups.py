@@ -14,10 +14,17 @@ cgroup v1 (memory, pids and cpuacct hierarchies, as on this project's CI machine
 unified hierarchy with memory and pids enabled) are both supported. Where neither is usable (not
 root, no such controllers, a v2 hierarchy we may not delegate from) `detect()` says why and the
 runner falls back to sampling /proc (runner_guard.Tree).
+
+Cleanup: a closed slot's groups are removed at once (their processes killed first); a group that
+does not drain within a second is retried at the next create and at interpreter exit, when every
+group this process still has is removed. Groups of a process that died without exiting (SIGKILL)
+are reaped when the next process finds the hierarchy (`reap_stale`: the owner's pid and start
+time are in the name).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
@@ -100,31 +107,101 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def start_ticks(pid: int) -> str:
+    """When process `pid` started (clock ticks since boot; "" when unknown). With the pid it
+    names one process for good: pids are reused (pid_max is 32768 on many hosts, and a busy
+    one goes round in minutes), so a pid alone may name a newer, unrelated process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = stat.rpartition(")")[2].split()  # the command name may hold spaces and parens
+    return fields[19] if len(fields) > 19 else ""  # field 22, starttime
+
+
+def owner_tag() -> str:
+    """`pid.start` of this process: what its groups, containers and socket dirs are named by."""
+    return f"{os.getpid()}.{start_ticks(os.getpid())}"
+
+
+def owner_alive(tag: str) -> bool:
+    """Whether the owner `pid` or `pid.start` (owner_tag) still runs: a pid in use by a process
+    that started at another time is a dead owner's. When in doubt, alive."""
+    pid, _, start = tag.partition(".")
+    if not pid.isdigit():
+        return True  # not a name we gave
+    if not pid_alive(int(pid)):
+        return False
+    now = start_ticks(int(pid))
+    return not (start and now) or start == now
+
+
 def reap_stale(h: Hierarchy) -> None:
-    """Remove groups whose owner (the pid their name starts with) no longer exists."""
+    """Remove groups whose owner (`pid.start.n.name` or, older, `pid.n.name`) no longer runs."""
     for root in h.roots.values():
         with contextlib.suppress(OSError):
             for entry in (root / TOP).iterdir():
-                owner = entry.name.split(".", 1)[0]
-                if entry.is_dir() and owner.isdigit() and not pid_alive(int(owner)):
+                parts = entry.name.split(".")
+                tagged = len(parts) > 3 and parts[1].isdigit() and parts[2].isdigit()
+                owner = ".".join(parts[:2]) if tagged else parts[0]
+                if entry.is_dir() and not owner_alive(owner):
                     _remove_dir(entry)
 
 
-def _remove_dir(path: Path) -> None:
+def _remove_dir(path: Path, attempts: int = 50) -> bool:
     """Kill whatever still runs in the group, then remove it (retrying while it drains)."""
-    for _ in range(50):
+    for attempt in range(attempts):
         with contextlib.suppress(OSError):
             for pid in (path / "cgroup.procs").read_text().split():
                 with contextlib.suppress(OSError):
                     os.kill(int(pid), signal.SIGKILL)
         try:
             path.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
-            time.sleep(0.02)
-    log.warning("sandbox: could not remove cgroup %s", path)
+            if attempt + 1 < attempts:
+                time.sleep(0.02)
+    return False
+
+
+# Groups whose removal failed (a tree still exiting on a loaded host): retried at the next
+# create and at exit, so none outlives the process that made it.
+_undrained: set[Path] = set()
+
+
+def _remove_later(paths: list[Path]) -> None:
+    for path in paths:
+        if not _remove_dir(path):
+            log.warning("sandbox: cgroup %s still has processes; removal retried later", path)
+            _undrained.add(path)
+
+
+def _retry_undrained() -> None:
+    for path in list(_undrained):
+        if _remove_dir(path, attempts=1):
+            _undrained.discard(path)
+
+
+def remove_own_groups() -> list[str]:
+    """Remove every group this process made that still exists (at exit); what could not go."""
+    left = []
+    for point, _, _ in _mounts():
+        for path in (Path(point) / TOP).glob(f"{os.getpid()}.*"):
+            if path.is_dir() and not _remove_dir(path):
+                left.append(str(path))
+    _undrained.clear()
+    return left
+
+
+def _remove_own_at_exit() -> None:
+    if os.geteuid() == 0:
+        for path in remove_own_groups():
+            log.warning("sandbox: cgroup %s could not be removed at exit", path)
+
+
+atexit.register(_remove_own_at_exit)  # at import: runs after the backends' own exit hooks
 
 
 _INSTANCES = itertools.count()
@@ -143,10 +220,11 @@ class SlotGroups:
     @classmethod
     def create(cls, h: Hierarchy, name: str, phases: tuple[str, ...] = PHASES) -> SlotGroups:
         """The groups of `phases` (the runner's compile and test; a session's one group)."""
-        # pid first (reap_stale reads the owner from it), then this process's instance number:
-        # two Sandboxes of one backend in a process (a validator build beside a live one)
-        # must not reach for the same groups.
-        slot = cls(h, f"{os.getpid()}.{next(_INSTANCES)}.{name}")
+        # pid.start first (reap_stale reads the owner from it), then this process's instance
+        # number: two Sandboxes of one backend in a process (a validator build beside a live
+        # one) must not reach for the same groups.
+        _retry_undrained()
+        slot = cls(h, f"{owner_tag()}.{next(_INSTANCES)}.{name}")
         try:
             for phase in phases:
                 slot.groups[phase] = slot._make(phase)
@@ -223,9 +301,8 @@ class SlotGroups:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
-        for path in self.dirs:
-            _remove_dir(path)
-        self.dirs.clear()
+        dirs, self.dirs = self.dirs, []
+        _remove_later(dirs)
 
 
 def ctl_message(slot: SlotGroups) -> bytes:

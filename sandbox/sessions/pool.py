@@ -423,6 +423,8 @@ class SessionPool:
                 f"(max_sessions={self.max_sessions} are live)"
             ) from exc
         try:
+            if self._closed:  # closed while this one waited for a slot: start nothing more
+                raise SessionClosed("the session pool is closed")
             handle = self._take_warm(limits) or await self._new(limits)
             self._live[handle.name] = handle
             self._refill()

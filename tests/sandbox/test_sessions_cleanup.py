@@ -59,6 +59,24 @@ async def test_closed_on_cancellation_mid_call(pool: SessionPool) -> None:  # no
     assert pool.live == 0 and leftovers(pool) == []
 
 
+async def test_cancelled_while_its_sandbox_starts(pool: SessionPool) -> None:  # noqa: F811
+    """Cancelled at its first step (the session's cgroup being made in a thread, which runs on)
+    and later in the start: no cgroup, process or container of it stays behind."""
+    for steps in (1, 1, 20):
+
+        async def episode() -> None:
+            async with pool.session() as ws:
+                await ws.exec("true")
+
+        task = asyncio.create_task(episode())
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pool.live == 0 and leftovers(pool) == []
+
+
 async def test_pool_close_ends_live_sessions(pool: SessionPool) -> None:  # noqa: F811
     hold = asyncio.Event()
     running: list[int] = []
@@ -81,6 +99,35 @@ async def test_pool_close_ends_live_sessions(pool: SessionPool) -> None:  # noqa
     assert leftovers(pool) == []
     hold.set()
     assert set(await asyncio.gather(*tasks)) <= {"SessionClosed", "BackendFailure"}
+
+
+async def test_an_episode_waiting_for_a_slot_starts_nothing_after_close(
+    session_backend: str,  # noqa: F811
+) -> None:
+    from session_util import started_pool
+
+    p = await started_pool(session_backend, max_sessions=1)
+    started = asyncio.Event()
+
+    async def holder() -> None:
+        async with p.session() as ws:
+            await ws.exec("true")
+            started.set()
+            await asyncio.sleep(3600)
+
+    async def waiter() -> None:
+        async with p.session() as ws:  # waits: the one slot is taken
+            await ws.exec("true")
+
+    tasks = [asyncio.create_task(holder())]
+    await started.wait()
+    tasks.append(asyncio.create_task(waiter()))
+    await asyncio.sleep(0.1)
+    await p.aclose()  # shutdown: the holder is cancelled by the trainer, its slot frees
+    tasks[0].cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[1], SessionClosed), results  # before: a new sandbox ran it
+    assert leftovers(p) == []
 
 
 async def test_a_dead_agent_is_an_infrastructure_failure(pool: SessionPool) -> None:  # noqa: F811

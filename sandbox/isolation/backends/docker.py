@@ -8,7 +8,8 @@ in the container after each test.
 Every container: no network, read-only root, a size-capped tmpfs /tmp (the only writable place),
 pids/memory/cpu limits, an unprivileged per-container uid, no-new-privileges, all capabilities
 dropped, private ipc. Containers are labelled with their owner (host:pid); at start we remove
-containers whose owner process is gone, at close (and at interpreter exit) our own.
+containers (and fd-socket dirs) whose owner process (pid and start time) is gone, at close (and at
+interpreter exit) our own. A start that fails or is cancelled removes its container at once.
 A container that misbehaved (its runner died, a run was cancelled or timed out) is destroyed and
 replaced, so nothing one submission left behind can meet the next. After every run the runner
 empties the writable dirs (/tmp, /dev/shm, /dev/mqueue: chmod before delete, so modes do not
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import glob
 import logging
 import os
 import secrets
@@ -55,6 +57,7 @@ from sandbox.isolation.backends.base import (
 
 log = logging.getLogger(__name__)
 LABEL = "gspo-sandbox.owner"
+START_LABEL = "gspo-sandbox.owner-start"  # the owner's start time: its pid may be reused
 
 
 def owner_id() -> str:
@@ -106,6 +109,7 @@ class DockerBackend(Backend):
         self.cgroup_parent = cgroup_parent
         self.docker = shutil.which("docker") or ""
         self.owner = owner_id()
+        self.owner_start = cgroups_mod.start_ticks(os.getpid())
         self._idle: asyncio.Queue[Container] | None = None
         self._live: dict[str, Container] = {}
         self._uids_in_use: set[int] = set()
@@ -150,7 +154,9 @@ class DockerBackend(Backend):
         self.reap_stale()
 
     def reap_stale(self) -> None:
-        """Remove labelled containers whose owning process on this host no longer exists."""
+        """Remove labelled containers (and fd-socket dirs) whose owning process on this host no
+        longer exists."""
+        _reap_ctl_dirs()
         me = socket.gethostname()
         for host in self.hosts:
             listing = subprocess.run(
@@ -161,7 +167,7 @@ class DockerBackend(Backend):
                     "--filter",
                     f"label={LABEL}",
                     "--format",
-                    f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}}',
+                    f'{{{{.ID}}}} {{{{.Label "{LABEL}"}}}} {{{{.Label "{START_LABEL}"}}}}',
                 ],
                 capture_output=True,
                 text=True,
@@ -169,9 +175,9 @@ class DockerBackend(Backend):
             )
             stale = []
             for row in listing.stdout.splitlines():
-                cid, _, owner = row.partition(" ")
+                cid, owner, start = (row.split(" ", 2) + ["", ""])[:3]
                 name, _, pid = owner.rpartition(":")
-                if name == me and pid.isdigit() and not cgroups_mod.pid_alive(int(pid)):
+                if name == me and pid.isdigit() and not cgroups_mod.owner_alive(f"{pid}.{start}"):
                     stale.append(cid)
             if stale:
                 log.info("removing %d stale sandbox containers", len(stale))
@@ -190,6 +196,8 @@ class DockerBackend(Backend):
             name,
             "--label",
             f"{LABEL}={self.owner}",
+            "--label",
+            f"{START_LABEL}={self.owner_start}",
             "--network",
             "none",
             "--read-only",
@@ -238,52 +246,60 @@ class DockerBackend(Backend):
         self._next_host += 1
         name = f"gspo-sb-{os.getpid()}-{secrets.token_hex(4)}"
         groups, listener, ctl_dir = None, None, None
-        if self.hierarchy is not None:
-            try:
-                groups = cgroups_mod.SlotGroups.create(self.hierarchy, name)
-                listener, ctl_dir = _ctl_listener()
-            except OSError as exc:
-                if groups is not None:
-                    groups.close()
-                self._uids_in_use.discard(uid)
-                raise BackendFailure(
-                    f"docker: cannot set up the container's cgroups: {exc}"
-                ) from exc
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self._cli(host),
-                *self._run_argv(name, uid, ctl_dir),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=STREAM_LIMIT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            self._uids_in_use.discard(uid)
+            if self.hierarchy is not None:
+                try:
+                    groups = cgroups_mod.SlotGroups.create(self.hierarchy, name)
+                    listener, ctl_dir = _ctl_listener()
+                except OSError as exc:
+                    raise BackendFailure(
+                        f"docker: cannot set up the container's cgroups: {exc}"
+                    ) from exc
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *self._cli(host),
+                    *self._run_argv(name, uid, ctl_dir),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    limit=STREAM_LIMIT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise BackendFailure(f"cannot start the docker CLI: {exc}") from exc
+        except BaseException:  # failed or cancelled before a container exists
             _close_ctl(listener, ctl_dir)
             if groups is not None:
                 groups.close()
-            raise BackendFailure(f"cannot start the docker CLI: {exc}") from exc
+            self._uids_in_use.discard(uid)
+            raise
         container = Container(name=name, host=host, uid=uid, proc=proc, groups=groups)
         self._live[name] = container
-        if groups is not None and listener is not None:
-            try:
+        try:
+            if groups is not None and listener is not None:
                 await _send_groups(listener, groups)
-            except (OSError, asyncio.TimeoutError) as exc:
-                await self._remove(container)
+        except BaseException as exc:  # failed, or cancelled mid-start: the container goes now
+            await asyncio.shield(self._remove(container))
+            if isinstance(exc, (OSError, asyncio.TimeoutError)):
                 raise BackendFailure(f"docker: the runner did not take its cgroups: {exc}") from exc
-            finally:
-                _close_ctl(listener, ctl_dir)
+            raise
+        finally:
+            _close_ctl(listener, ctl_dir)
         return container
 
     async def _remove(self, container: Container) -> None:
         self._live.pop(container.name, None)
-        await _run([*self._cli(container.host), "rm", "-f", container.name])
-        container.stderr_tail = await stop_process(container.proc)
-        if container.groups is not None:
-            container.groups.close()
-        self._uids_in_use.discard(container.uid)
+        rm = [*self._cli(container.host), "rm", "-f", container.name]
+        try:
+            _, _, err = await _run(rm)
+            container.stderr_tail = await stop_process(container.proc)
+            if "No such container" in err:  # not yet: the client, gone now, may have made it since
+                await _run(rm)
+        finally:  # its cgroups and uid go even when the docker CLI failed
+            if container.groups is not None:
+                groups, container.groups = container.groups, None
+                groups.close()
+            self._uids_in_use.discard(container.uid)
 
     async def execute(
         self, request: dict[str, Any], decide: Decide, timeout_s: float
@@ -298,7 +314,7 @@ class DockerBackend(Backend):
                 # kernel limits such as RLIMIT_NPROC must never be shared by two containers.
                 uid = next(u for u in self.uids if u not in self._uids_in_use)
                 self._uids_in_use.add(uid)
-                container = await self._start_container(uid)
+                container = await self._start_container(uid)  # gone again if this fails
             healthy, out = False, RunnerOutput()
             try:
                 try:
@@ -330,16 +346,18 @@ class DockerBackend(Backend):
                 timeout=60,
             )
             if container.groups is not None:
-                container.groups.close()
+                groups, container.groups = container.groups, None
+                groups.close()
         self._live.clear()
 
 
 CTL_TIMEOUT_S = 60.0  # a cold container start on a loaded host takes seconds
+CTL_PREFIX = "gspo-sb-ctl-"  # + owner pid.start + "-": the next start removes a dead owner's
 
 
 def _ctl_listener() -> tuple[socket.socket, str]:
     """A listening unix socket in a fresh dir, to be bind-mounted into one container."""
-    ctl_dir = tempfile.mkdtemp(prefix="gspo-sb-ctl-")
+    ctl_dir = tempfile.mkdtemp(prefix=f"{CTL_PREFIX}{cgroups_mod.owner_tag()}-")
     os.chmod(ctl_dir, 0o755)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -351,6 +369,14 @@ def _ctl_listener() -> tuple[socket.socket, str]:
         _close_ctl(listener, ctl_dir)
         raise
     return listener, ctl_dir
+
+
+def _reap_ctl_dirs() -> None:
+    """Remove the fd-socket dirs of owners that died while a container was starting."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{CTL_PREFIX}*-*")):
+        owner = os.path.basename(path)[len(CTL_PREFIX) :].split("-", 1)[0]
+        if not cgroups_mod.owner_alive(owner):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _close_ctl(listener: socket.socket | None, ctl_dir: str | None) -> None:

@@ -90,8 +90,20 @@ class SessionBackend(ABC):
             raise BackendFailure(f"{self.name}: cannot create the session's cgroup: {exc}") from exc
         return groups
 
+    async def _new_groups(self, name: str, limits: SessionLimits) -> cgroups_mod.SlotGroups | None:
+        """session_groups in a thread. The thread runs on when the caller is cancelled: the
+        groups it makes are then removed (before the cancellation goes on), not dropped with
+        the lost result."""
+        making = asyncio.ensure_future(asyncio.to_thread(self.session_groups, name, limits))
+        try:
+            return await asyncio.shield(making)
+        except asyncio.CancelledError:
+            making.add_done_callback(_close_orphaned_groups)  # runs before wait() returns
+            await asyncio.wait([making])
+            raise
+
     async def start(self, name: str, uid: int, limits: SessionLimits, timeout_s: float) -> Handle:
-        groups = await asyncio.to_thread(self.session_groups, name, limits)
+        groups = await self._new_groups(name, limits)
         ctl = None
         try:
             ctl = self.open_ctl() if groups is not None else None
@@ -165,6 +177,14 @@ class SessionBackend(ABC):
             groups, handle.groups = handle.groups, None
             await asyncio.to_thread(groups.close)
 
+    async def destroy(self, handle: Handle) -> str:
+        """Kill the sandbox and everything in it; return the agent's stderr tail. The session's
+        cgroup goes on every path (a failed docker CLI, a cancelled close)."""
+        try:
+            return await self.teardown(handle)
+        finally:
+            await asyncio.shield(self.release_groups(handle))
+
     def env(self) -> dict[str, str] | None:
         return None
 
@@ -172,11 +192,18 @@ class SessionBackend(ABC):
         """Called as soon as the sandbox process exists (for atexit cleanup)."""
 
     @abstractmethod
-    async def destroy(self, handle: Handle) -> str:
+    async def teardown(self, handle: Handle) -> str:
         """Kill the sandbox and everything in it; return the agent's stderr tail."""
 
     def destroy_all_sync(self) -> None:  # noqa: B027 - optional hook
         """Best-effort synchronous cleanup at interpreter exit."""
+
+
+def _close_orphaned_groups(making: asyncio.Future[cgroups_mod.SlotGroups | None]) -> None:
+    if not making.cancelled() and making.exception() is None:
+        groups = making.result()
+        if groups is not None:
+            groups.close()  # new and empty: removed at once
 
 
 async def close_agent(proc: asyncio.subprocess.Process, grace_s: float = 2.0) -> str:

@@ -122,12 +122,11 @@ class BubblewrapSessionBackend(SessionBackend):
             marker_dir().mkdir(mode=0o700, exist_ok=True)
             self._marker(handle).touch()
 
-    async def destroy(self, handle: Handle) -> str:
+    async def teardown(self, handle: Handle) -> str:
         self._live.pop(handle.name, None)
         tail = await close_agent(handle.proc, grace_s=1.0)
         if await asyncio.to_thread(kill_uid, handle.uid):
             self._marker(handle).unlink(missing_ok=True)
-        await self.release_groups(handle)
         return tail
 
     def destroy_all_sync(self) -> None:

@@ -92,13 +92,12 @@ class DockerSessionBackend(SessionBackend):
     def registered(self, handle: Handle) -> None:
         self._live[handle.name] = handle
 
-    async def destroy(self, handle: Handle) -> str:
+    async def teardown(self, handle: Handle) -> str:
         self._live.pop(handle.name, None)
         tail = await close_agent(handle.proc, grace_s=1.0)
         code, _, err = await _run([*self.base._cli(handle.host), "rm", "-f", handle.name])
         if code != 0 and "No such container" not in err:
             tail += f"\ndocker rm -f {handle.name}: {err.strip()[:300]}"
-        await self.release_groups(handle)
         return tail
 
     def destroy_all_sync(self) -> None:
