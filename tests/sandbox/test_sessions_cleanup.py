@@ -256,6 +256,8 @@ async def test_orphans_of_a_dead_owner_are_reaped_at_start(session_backend: str)
         owner = f"{os.uname().nodename}:{dead.pid}"
         subprocess.run(
             ["docker", "run", "-d", "--rm", "--label", f"gspo-sandbox.owner={owner}",
+             # a start time no live process has: the dead pid may be reused meanwhile
+             "--label", "gspo-sandbox.owner-start=1",
              "--label", "gspo-sandbox.kind=session", "--user", f"{uid}:{uid}",
              "--network", "none", image.image_tag(), "sleep", "600"],
             check=True, capture_output=True, timeout=120,
@@ -277,6 +279,10 @@ async def test_orphans_of_a_dead_owner_are_reaped_at_start(session_backend: str)
     after = await started_pool(session_backend, max_sessions=1)
     await after.aclose()
     if session_backend == "docker":
+        # `docker rm -f` returns while another host process's reaper is removing it too
+        deadline = time.monotonic() + patience(10)
+        while session_containers(owner) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert session_containers(owner) == []
     else:
         assert not (marker_dir() / f"{dead.pid}.{uid}").exists()
