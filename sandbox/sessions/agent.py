@@ -8,10 +8,16 @@ call costs one JSON line each way instead of a `docker exec`.
 Protocol (one JSON object per line, one request at a time):
   host -> agent   first line: {"workspace", "limits": {memory_mb, processes, file_bytes},
                   "kernel_source", "cgroup" (the session group's fds, or null), "ctl" (a unix
-                  socket to take those fds from, docker; or null)}; the agent answers
-                  {"ready": true}
+                  socket to take those fds from, docker; or null), optional "seed" ([from, to]:
+                  a tree copied before ready, e.g. an image's repository into a writable
+                  /testbed) and "path_prefix" (put first on the commands' PATH)}; the agent
+                  answers {"ready": true}
                   then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
-                  "ping", ...}; each gets exactly one answer line ({"error", "kind"} on failure).
+                  "digest"|"ping", ...}; each gets exactly one answer line ({"error", "kind"}
+                  on failure).
+  digest          {"root", "suffix", "skip"} (every regular file under root with that suffix,
+                  no symlink followed, dirs named in skip left out) or {"paths"}; "max_bytes" ->
+                  {"digests": {path relative to root, or as given: sha256 hex | null}}
   exec/python     {"command"|"code", "timeout_s", "cpu_s", "output_bytes"} ->
                   {"exit_code", "stdout", "stderr", "stdout_cut", "stderr_cut", "wall_s",
                    "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted",
@@ -27,6 +33,7 @@ orphan, so children nobody waited for are counted too.
 
 import base64
 import ctypes
+import hashlib
 import json
 import os
 import resource
@@ -98,6 +105,8 @@ class Agent:
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
         self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
+        if config.get("path_prefix"):
+            self.env["PATH"] = config["path_prefix"] + ":" + self.env["PATH"]
         group = config.get("cgroup")
         if group is not None and config.get("ctl"):
             group = receive_group(config["ctl"])
@@ -361,7 +370,7 @@ class Agent:
     def start_kernel(self):
         req_r, req_w = os.pipe()
         done_r, done_w = os.pipe()
-        argv = ["/usr/bin/python3", "-q", "-c", self.kernel_source]
+        argv = [sys.executable or "/usr/bin/python3", "-q", "-c", self.kernel_source]
         env = dict(self.env, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         try:
             pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
@@ -440,6 +449,23 @@ class Agent:
         self.drop_kernel()
         return {}
 
+    def op_digest(self, req):
+        limit = int(req["max_bytes"])
+        if "root" in req:
+            root = self.resolve(req["root"])
+            paths = sorted(walk_files(root, req["suffix"], set(req.get("skip", ()))))
+            shown = [os.path.relpath(p, root) for p in paths]
+        else:
+            paths = [self.resolve(p) for p in req["paths"]]
+            shown = list(req["paths"])
+        out = {}
+        for path, name in zip(paths, shown):
+            try:
+                out[name] = hashlib.sha256(read_regular(path, limit, name)).hexdigest()
+            except (OSError, ValueError):
+                out[name] = None
+        return {"digests": out}
+
     def op_ping(self, req):
         return {"pong": True}
 
@@ -456,6 +482,22 @@ class Agent:
                 "kind": type(exc).__name__,
                 "errno": getattr(exc, "errno", None),
             }
+
+
+def walk_files(root, suffix, skip):
+    for dirpath, dirnames, filenames in os.walk(root):  # never follows a symlinked dir
+        dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in filenames:
+            if name.endswith(suffix):
+                yield os.path.join(dirpath, name)
+
+
+def copy_tree(src, dst):
+    """The seed: src's tree into dst (which exists: a tmpfs the session owns), symlinks as
+    symlinks, modes kept; the copies belong to the agent's uid, so the session can edit them."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
 
 
 def not_started(exc):
@@ -497,9 +539,12 @@ def main():
     first = stdin.readline()
     if not first:
         return
-    agent = Agent(json.loads(first))
+    config = json.loads(first)
+    agent = Agent(config)
     os.makedirs(agent.workspace, exist_ok=True)
     os.makedirs(STATE_DIR, exist_ok=True)
+    if config.get("seed"):
+        copy_tree(*config["seed"])
     send({"ready": True})
     try:
         while True:

@@ -60,7 +60,8 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     """Construct and check a session backend; raise SandboxUnavailable naming the fix."""
     if name == "auto":
         reasons = []
-        shared = {k: v for k, v in options.items() if k == "cgroups"}  # bubblewrap takes these
+        # bubblewrap takes these (and refuses image=, naming backend=docker)
+        shared = {k: v for k, v in options.items() if k in ("cgroups", "image")}
         for candidate in ("docker", "bubblewrap"):
             try:
                 return build_session_backend(
@@ -282,6 +283,30 @@ class SandboxSession(WorkspaceFiles):
         reply = await self._call(request, CALL_MARGIN_S + 60)
         self._raise_error(reply, dest)
         return int(reply["files"])
+
+    async def digests(
+        self,
+        *,
+        root: str | None = None,
+        suffix: str = "",
+        skip: tuple[str, ...] = (),
+        paths: list[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> dict[str, str | None]:
+        """sha256 of regular files: every `*suffix` file under `root` (no symlink followed, dirs
+        named in `skip` left out; keys relative to root), or the given `paths`. None: missing,
+        unreadable, not a regular file or over max_bytes. Read by the agent, no command runs."""
+        request: dict[str, Any] = {
+            "op": "digest",
+            "max_bytes": max_bytes or self.limits.max_file_bytes,
+        }
+        if root is not None:
+            request.update(root=root, suffix=suffix, skip=list(skip))
+        else:
+            request["paths"] = list(paths or [])
+        reply = await self._call(request, CALL_MARGIN_S + 120)
+        self._raise_error(reply, root or "digest")
+        return {str(k): (str(v) if v else None) for k, v in reply["digests"].items()}
 
     async def usage(self) -> SessionUsage:
         reply = await self._call({"op": "usage"}, CALL_MARGIN_S)

@@ -72,6 +72,16 @@ class SessionBackend(ABC):
         """The host command that starts the agent in a fresh sandbox, and the docker host.
         `ctl_dir`: the host dir of the socket `open_ctl` made, to be mounted at CTL_PATH."""
 
+    def extra_memory_mb(self) -> int:
+        """Memory the session's tree may hold beyond SessionLimits.tree_memory_mb (a tmpfs the
+        backend fills before the session starts, e.g. an image's /testbed)."""
+        return 0
+
+    def agent_config(self, host: str | None) -> dict[str, Any]:
+        """Extra fields of the agent's first line (`seed`: [from, to] to copy before ready;
+        `path_prefix`: a directory put first on the PATH of the session's commands)."""
+        return {}
+
     def open_ctl(self) -> tuple[socket.socket, str] | None:
         """A unix socket to send the cgroup fds over (docker); None: the agent inherits them."""
         return None
@@ -83,7 +93,8 @@ class SessionBackend(ABC):
         groups = None
         try:
             groups = cgroups_mod.SlotGroups.create(self.base.hierarchy, name, (PHASE,))
-            groups.set_limits(PHASE, limits.tree_memory_mb() << 20, limits.processes)
+            memory = limits.tree_memory_mb() + self.extra_memory_mb()
+            groups.set_limits(PHASE, memory << 20, limits.processes)
         except OSError as exc:
             if groups is not None:
                 groups.close()
@@ -146,6 +157,7 @@ class SessionBackend(ABC):
             },
             "cgroup": groups.groups[PHASE] if groups is not None else None,
             "ctl": CTL_PATH if ctl is not None else None,
+            **self.agent_config(handle.host),
         }
         try:
             assert proc.stdin is not None and proc.stdout is not None

@@ -28,6 +28,7 @@ import signal
 import tempfile
 from pathlib import Path
 
+from sandbox.errors import SandboxUnavailable
 from sandbox.isolation.backends.bubblewrap import BubblewrapBackend
 from sandbox.isolation.cgroups import pid_alive
 from sandbox.sessions.api import WORKSPACE, SessionLimits
@@ -51,7 +52,14 @@ class BubblewrapSessionBackend(SessionBackend):
     base: BubblewrapBackend
     without_cgroups = "memory is capped per process only (RLIMIT_AS), not for the whole tree"
 
-    def __init__(self, *, rootfs: str | None = None, cgroups: bool = True) -> None:
+    def __init__(
+        self, *, rootfs: str | None = None, cgroups: bool = True, image: str | None = None
+    ) -> None:
+        if image:
+            raise SandboxUnavailable(
+                f"bubblewrap sessions cannot start from the docker image {image!r} (they run on "
+                "the sandbox's own root filesystem): use backend=docker"
+            )
         self.base = BubblewrapBackend(1, rootfs=rootfs, cgroups=cgroups)
         self._live: dict[str, Handle] = {}
 

@@ -9,6 +9,13 @@ at /run/gspo-ctl, as the runner's do), which caps their memory and number togeth
 their CPU; the container's own limits (memory + both tmpfs, pids) then bound the agent and what
 it writes. Remote engines have only the container's limits, which cover the whole tree too.
 
+`image=` starts sessions from another image, a published SWE-style one with its repository at
+/testbed (sandbox/sessions/images.py prepares it once): the same flags, plus a size-capped
+/testbed tmpfs owned by the session's uid that the agent fills with the image's tree before it
+reports ready (the tree's size + disk_mb; the memory caps grow by the tree's size), the image's
+own python3 (3.9+) as the agent, and the PATH starting at the python that has the repository's
+dependencies.
+
 Cleanup: closing the session closes the agent's stdin (the agent kills everything and exits,
 and --rm removes the container) and then `docker rm -f`s it anyway. A trainer killed by SIGKILL
 leaves the agent waiting on stdin that is now closed, so it exits by itself; a container whose
@@ -31,6 +38,7 @@ from sandbox.sessions.backends.base import (
     SessionBackend,
     close_agent,
 )
+from sandbox.sessions.images import SEED_DIR, TESTBED, PreparedImage, prepare_image
 
 PIDS_MARGIN = 4  # the agent, the kernel, bash
 
@@ -48,7 +56,15 @@ class DockerSessionBackend(SessionBackend):
         cpus: float = 1.0,
         cgroup_parent: str | None = "auto",
         cgroups: bool = True,
+        image: str | None = None,
     ) -> None:
+        if image and image_tag:
+            raise ValueError(
+                "docker sessions take image= (a published image with the repository at "
+                "/testbed) or image_tag= (a sandbox-style image), not both"
+            )
+        self.source_image = image or None
+        self.prepared: dict[str | None, PreparedImage] = {}
         self.base = DockerBackend(
             1,
             image_tag=image_tag,
@@ -63,6 +79,18 @@ class DockerSessionBackend(SessionBackend):
 
     def check(self) -> None:
         self.base.check()  # engine, image on every host, cgroup parent, reap dead owners
+        if self.source_image:
+            for host in self.base.hosts:
+                self.prepared[host] = prepare_image(self.source_image, host)
+
+    def extra_memory_mb(self) -> int:
+        return max((p.testbed_mb for p in self.prepared.values()), default=0)
+
+    def agent_config(self, host: str | None) -> dict[str, object]:
+        prepared = self.prepared.get(host)
+        if prepared is None:
+            return {}
+        return {"seed": [SEED_DIR, TESTBED], "path_prefix": prepared.bin_dir}
 
     def open_ctl(self) -> tuple[socket.socket, str]:
         return _ctl_listener()
@@ -73,12 +101,26 @@ class DockerSessionBackend(SessionBackend):
         host = self.base.hosts[self._next_host % len(self.base.hosts)]
         self._next_host += 1
         shaped = copy.copy(self.base)  # the runner backend's flags, sized for this session
-        shaped.memory_mb = limits.tree_memory_mb()
+        shaped.memory_mb = limits.tree_memory_mb() + self.extra_memory_mb()
         shaped.pids_limit = limits.processes + PIDS_MARGIN
         shaped.tmpfs_mb = limits.tmp_mb
+        prepared = self.prepared.get(host)
+        agent: list[str] = list(AGENT_ARGV)
+        extra_image: list[str] = []
+        if prepared is not None:
+            shaped.image = prepared.tag
+            agent = agent[1:]  # the interpreter is the entrypoint
+            extra_image = [
+                "--tmpfs",
+                f"{TESTBED}:rw,exec,nosuid,nodev,size={prepared.testbed_mb + limits.disk_mb}m,"
+                f"uid={uid},gid={uid},mode=0755",
+                "--entrypoint",
+                prepared.agent_python,
+            ]
         argv = shaped._run_argv(name, uid, ctl_dir)  # the runner's command after the image goes
         at = len(argv) - 1 - argv[::-1].index(shaped.image)  # the image; the command follows
         extra = [
+            *extra_image,
             "--label",
             SESSION_LABEL,
             "--tmpfs",
@@ -87,7 +129,7 @@ class DockerSessionBackend(SessionBackend):
             "--workdir",
             WORKSPACE,
         ]
-        return [*self.base._cli(host), *argv[:at], *extra, shaped.image, *AGENT_ARGV], host
+        return [*self.base._cli(host), *argv[:at], *extra, shaped.image, *agent], host
 
     def registered(self, handle: Handle) -> None:
         self._live[handle.name] = handle
