@@ -16,6 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("validate", help="gold-validate SWE instances (exit 1 if any broken)")
     check.add_argument("path", help="a JSONL file of instances")
     check.add_argument("--backend", default="auto", choices=["auto", "docker", "bubblewrap"])
+    check.add_argument(
+        "--images",
+        default="auto",
+        choices=["auto", "local", "off"],
+        help="auto: the instance's image when local or pullable; local: never pull; off: repo_path",
+    )
     check.add_argument("--only", nargs="*", default=None, help="instance ids to validate")
     check.add_argument("--concurrency", type=int, default=2)
     args = parser.parse_args(argv)
@@ -25,16 +31,16 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--only: no instance {unknown} in {args.path}")
         instances = [i for i in instances if i.instance_id in set(args.only)]
-    results = asyncio.run(_run(instances, args.backend, args.concurrency))
+    results = asyncio.run(_run(instances, args.backend, args.concurrency, args.images))
     print(table(results))
     return 0 if all(r.ok for r in results) else 1
 
 
-async def _run(instances, backend, concurrency):
+async def _run(instances, backend, concurrency, images):
     import sandbox
 
     try:
-        return await validate(instances, backend=backend, concurrency=concurrency)
+        return await validate(instances, backend=backend, concurrency=concurrency, images=images)
     finally:
         await sandbox.close_sessions()
 

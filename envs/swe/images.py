@@ -187,33 +187,45 @@ def _setup_cfg_specs(text: str) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class DepsBuild:
+    tag: str
+    seconds: float  # how long ensuring it took (the build, or the cache lookup)
+    cached: bool  # the image was already there
+
+
 _built: dict[str, str] = {}
 
 
 def deps_image(tree: Path) -> str:
+    """The tag of `tree`'s dependency image (build_deps_image, remembered for the process)."""
+    key = repr(sorted(dependency_specs(tree)[0].items()))
+    if key not in _built:
+        _built[key] = build_deps_image(tree).tag
+    return _built[key]
+
+
+def build_deps_image(tree: Path) -> DepsBuild:
     """The docker image of the sandbox base with `tree`'s declared dependencies installed, built
-    once per content hash (dependency files + base image id); returns its tag."""
+    once per content hash (dependency files + base image id); logs how long it took."""
     from sandbox.isolation.image import _build_lock, ensure_image
     from sandbox.sessions.images import image_id
 
+    start = time.monotonic()
     files, specs = dependency_specs(tree)
     base = ensure_image()
     blob = repr((DEPS_REVISION, image_id(base), sorted(files.items()), specs)).encode()
     tag = f"{DEPS_REPO}:{hashlib.sha256(blob).hexdigest()[:16]}"
-    if tag in _built:
-        return tag
     with _build_lock():
-        if image_id(tag) is None:
-            start = time.monotonic()
+        cached = image_id(tag) is not None
+        if not cached:
             _build_deps_image(base, tag, specs)
-            log.info(
-                "built %s (%d dependencies of %s) in %.1fs",
-                tag, len(specs), tree.name, time.monotonic() - start,
-            )  # fmt: skip
-        else:
-            log.info("dependency image %s of %s: cached", tag, tree.name)
-    _built[tag] = tag
-    return tag
+    seconds = time.monotonic() - start
+    log.info(
+        "dependency image %s of %s (%d requirements): %s in %.1fs",
+        tag, tree.name, len(specs), "cached" if cached else "built", seconds,
+    )  # fmt: skip
+    return DepsBuild(tag, seconds, cached)
 
 
 def _build_deps_image(base: str, tag: str, specs: list[str]) -> None:
