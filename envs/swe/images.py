@@ -32,7 +32,16 @@ from typing import Any
 
 from envs.swe.instances import Instance
 
-__all__ = ["IMAGE_MODES", "Placement", "dependency_specs", "deps_image", "placement"]
+__all__ = [
+    "IMAGE_MODES",
+    "DepsBuild",
+    "Placement",
+    "build_deps_image",
+    "dependency_specs",
+    "deps_image",
+    "placement",
+    "prebuild",
+]
 
 log = logging.getLogger(__name__)
 IMAGE_MODES = ("auto", "local", "off")
@@ -263,3 +272,28 @@ def _build_deps_image(base: str, tag: str, specs: list[str]) -> None:
         )  # fmt: skip
         if build.returncode != 0:
             raise RuntimeError(f"docker build of {tag} failed: {build.stderr.strip()[-800:]}")
+
+
+def prebuild(instances: list[Instance], *, images: str = "auto") -> list[tuple[str, str, float]]:
+    """Make every image the instances need (pull + prepare, or the dependency image), so that no
+    episode waits for a build; (instance_id, what, seconds) per instance."""
+    from sandbox.errors import SandboxError
+
+    out = []
+    for inst in instances:
+        start = time.monotonic()
+        try:
+            place = placement(inst, backend="docker", images=images)
+            if place.in_image:
+                what = f"image {inst.image} -> {place.prepared.tag}"
+            else:
+                with tempfile.TemporaryDirectory(prefix="swe-prebuild-") as tmp:
+                    from envs.swe.repo import materialize
+
+                    tree = materialize(inst, Path(tmp) / "repo")
+                    tag = repo_options(tree, backend="docker", images=images).get("image_tag")
+                what = f"repo_path on {tag}" if tag else "repo_path on the sandbox base (no deps)"
+        except (ValueError, RuntimeError, SandboxError) as exc:
+            what = f"FAILED: {exc}"
+        out.append((inst.instance_id, what, time.monotonic() - start))
+    return out

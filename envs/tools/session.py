@@ -31,7 +31,7 @@ class EpisodeSession:
         self.budget_exhausted = False  # this episode spent the session's budget (until `open`)
 
     async def open(self, limits: Any, **options: Any) -> Any:
-        """A new session; `options` add to the pool options for this one (e.g. image=...)."""
+        """A new session; `options` add to the pool's (e.g. image=... for its own image)."""
         import sandbox
 
         await self.close()  # a reset without a close: never leak the last episode's session

@@ -60,8 +60,7 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
     """Construct and check a session backend; raise SandboxUnavailable naming the fix."""
     if name == "auto":
         reasons = []
-        # bubblewrap takes these (and refuses image=, naming backend=docker)
-        shared = {k: v for k, v in options.items() if k in ("cgroups", "image")}
+        shared = {k: v for k, v in options.items() if k == "cgroups"}  # bubblewrap takes these
         for candidate in ("docker", "bubblewrap"):
             try:
                 return build_session_backend(
@@ -400,13 +399,13 @@ class SessionPool:
                 self.backend_name = self._backend.name
         self._refill()
 
-    async def _new(self, limits: SessionLimits) -> Handle:
+    async def _new(self, limits: SessionLimits, image: str | None = None) -> Handle:
         assert self._backend is not None
         uid = next(u for u in self._uids if u not in self._uids_in_use)
         self._uids_in_use.add(uid)
         name = f"gspo-ses-{os.getpid()}-{secrets.token_hex(4)}"
         try:
-            return await self._backend.start(name, uid, limits, self.start_timeout_s)
+            return await self._backend.start(name, uid, limits, self.start_timeout_s, image)
         except BaseException:
             self._uids_in_use.discard(uid)
             raise
@@ -432,9 +431,15 @@ class SessionPool:
 
     @contextlib.asynccontextmanager
     async def session(
-        self, limits: SessionLimits | None = None, *, acquire_timeout_s: float | None = None
+        self,
+        limits: SessionLimits | None = None,
+        *,
+        acquire_timeout_s: float | None = None,
+        image: str | None = None,
     ) -> AsyncIterator[SandboxSession]:
-        """One fresh session; waits while `max_sessions` are live; closed on every exit path."""
+        """One fresh session; waits while `max_sessions` are live; closed on every exit path.
+        `image` (docker): start it from that image instead, a published SWE-style one with its
+        repository at /testbed, which the session gets writable (backends/docker.py)."""
         if self._closed:
             raise SessionClosed("the session pool is closed")
         limits = limits or self.limits
@@ -448,7 +453,7 @@ class SessionPool:
                 f"(max_sessions={self.max_sessions} are live)"
             ) from exc
         try:
-            handle = self._take_warm(limits) or await self._new(limits)
+            handle = (None if image else self._take_warm(limits)) or await self._new(limits, image)
             self._live[handle.name] = handle
             self._refill()
             ws = SandboxSession(self, handle, limits)
@@ -522,12 +527,19 @@ _default_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, S
 
 @contextlib.asynccontextmanager
 async def session(
-    limits: SessionLimits | None = None, *, backend: str = "auto", **pool_options: Any
+    limits: SessionLimits | None = None,
+    *,
+    backend: str = "auto",
+    image: str | None = None,
+    **pool_options: Any,
 ) -> AsyncIterator[SandboxSession]:
     """`async with sandbox.session(SessionLimits(...), backend="docker") as ws:` on a shared
     pool per (event loop, backend, options); close them with `await close_sessions()`.
+    `image`: this session's own image (docker; see SessionPool.session).
     backend="remote" (with urls=[...], token=...) puts the session on a sandbox service."""
     if backend == "remote":  # urls=[...], token=...: a session on a sandbox service
+        if image:
+            raise ValueError("remote sessions cannot start from an image= yet: use backend=docker")
         from sandbox.service.remote import shared_remote
 
         async with shared_remote(pool_options).session(limits) as remote_ws:
@@ -538,7 +550,7 @@ async def session(
     pool = pools.get(key)
     if pool is None or pool._closed:
         pool = pools[key] = SessionPool(backend, **pool_options)
-    async with pool.session(limits) as ws:
+    async with pool.session(limits, image=image) as ws:
         yield ws
 
 

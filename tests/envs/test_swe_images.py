@@ -176,11 +176,20 @@ def test_an_image_session_keeps_the_isolation_with_a_writable_capped_testbed(pub
     assert prepared.agent_python == "/usr/bin/python3" and prepared.test_has_pytest
 
 
+def test_prebuild_names_the_image_each_instance_runs_in(published, capsys):
+    from envs.swe.__main__ import main
+    from sandbox.sessions.images import prepare_image
+
+    assert main(["prebuild", str(published), "--images", "local"]) == 0
+    out = capsys.readouterr().out
+    assert prepare_image(_inst(published).image).tag in out and "FAILED" not in out
+
+
 def test_bubblewrap_cannot_start_from_an_image_and_says_to_use_docker(tmp_path):
     from sandbox.sessions.backends.bubblewrap import BubblewrapSessionBackend
 
     with pytest.raises(SandboxUnavailable, match="use backend=docker"):
-        BubblewrapSessionBackend(image="swebench/sweb.eval.x86_64.any:latest")
+        asyncio.run(BubblewrapSessionBackend().prepare("swebench/sweb.eval.x86_64.any:latest"))
     shipped = load_instances(SHIPPED)[0]
     path = tmp_path / "only_image.jsonl"
     path.write_text(json.dumps(swe_bench_row(shipped, "nobody__nothing-1")) + "\n")

@@ -28,7 +28,6 @@ import signal
 import tempfile
 from pathlib import Path
 
-from sandbox.errors import SandboxUnavailable
 from sandbox.isolation.backends.bubblewrap import BubblewrapBackend
 from sandbox.isolation.cgroups import pid_alive
 from sandbox.sessions.api import WORKSPACE, SessionLimits
@@ -52,14 +51,7 @@ class BubblewrapSessionBackend(SessionBackend):
     base: BubblewrapBackend
     without_cgroups = "memory is capped per process only (RLIMIT_AS), not for the whole tree"
 
-    def __init__(
-        self, *, rootfs: str | None = None, cgroups: bool = True, image: str | None = None
-    ) -> None:
-        if image:
-            raise SandboxUnavailable(
-                f"bubblewrap sessions cannot start from the docker image {image!r} (they run on "
-                "the sandbox's own root filesystem): use backend=docker"
-            )
+    def __init__(self, *, rootfs: str | None = None, cgroups: bool = True) -> None:
         self.base = BubblewrapBackend(1, rootfs=rootfs, cgroups=cgroups)
         self._live: dict[str, Handle] = {}
 
@@ -96,7 +88,12 @@ class BubblewrapSessionBackend(SessionBackend):
         return out
 
     def command(
-        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+        self,
+        name: str,
+        uid: int,
+        limits: SessionLimits,
+        ctl_dir: str | None,
+        image: str | None = None,
     ) -> tuple[list[str], str | None]:
         shaped = BubblewrapBackend(1, tmpfs_mb=limits.tmp_mb, rootfs=self.base.rootfs)
         prefix = shaped._prefix(uid)

@@ -9,8 +9,8 @@ at /run/gspo-ctl, as the runner's do), which caps their memory and number togeth
 their CPU; the container's own limits (memory + both tmpfs, pids) then bound the agent and what
 it writes. Remote engines have only the container's limits, which cover the whole tree too.
 
-`image=` starts sessions from another image, a published SWE-style one with its repository at
-/testbed (sandbox/sessions/images.py prepares it once): the same flags, plus a size-capped
+A session's own `image` (`pool.session(limits, image=...)`) is another image, a published
+SWE-style one with its repository at /testbed (sandbox/sessions/images.py prepares it once): the same flags, plus a size-capped
 /testbed tmpfs owned by the session's uid that the agent fills with the image's tree before it
 reports ready (the tree's size + disk_mb; the memory caps grow by the tree's size), the image's
 own python3 (3.9+) as the agent, and the PATH starting at the python that has the repository's
@@ -24,6 +24,7 @@ agent was busy is removed at the next start by DockerBackend.reap_stale (dead ow
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import socket
 import subprocess
@@ -56,15 +57,8 @@ class DockerSessionBackend(SessionBackend):
         cpus: float = 1.0,
         cgroup_parent: str | None = "auto",
         cgroups: bool = True,
-        image: str | None = None,
     ) -> None:
-        if image and image_tag:
-            raise ValueError(
-                "docker sessions take image= (a published image with the repository at "
-                "/testbed) or image_tag= (a sandbox-style image), not both"
-            )
-        self.source_image = image or None
-        self.prepared: dict[str | None, PreparedImage] = {}
+        self.prepared: dict[tuple[str | None, str], PreparedImage] = {}  # (host, image)
         self.base = DockerBackend(
             1,
             image_tag=image_tag,
@@ -79,32 +73,42 @@ class DockerSessionBackend(SessionBackend):
 
     def check(self) -> None:
         self.base.check()  # engine, image on every host, cgroup parent, reap dead owners
-        if self.source_image:
-            for host in self.base.hosts:
-                self.prepared[host] = prepare_image(self.source_image, host)
 
-    def extra_memory_mb(self) -> int:
-        return max((p.testbed_mb for p in self.prepared.values()), default=0)
+    async def prepare(self, image: str | None) -> None:
+        for host in self.base.hosts if image else ():
+            if (host, image) not in self.prepared:
+                assert image is not None
+                prepared = await asyncio.to_thread(prepare_image, image, host)
+                self.prepared[host, image] = prepared
 
-    def agent_config(self, host: str | None) -> dict[str, object]:
-        prepared = self.prepared.get(host)
-        if prepared is None:
+    def extra_memory_mb(self, image: str | None) -> int:
+        sizes = [p.testbed_mb for (_, name), p in self.prepared.items() if name == image]
+        return max(sizes, default=0) if image else 0
+
+    def agent_config(self, host: str | None, image: str | None) -> dict[str, object]:
+        if not image:
             return {}
+        prepared = self.prepared[host, image]
         return {"seed": [SEED_DIR, TESTBED], "path_prefix": prepared.bin_dir}
 
     def open_ctl(self) -> tuple[socket.socket, str]:
         return _ctl_listener()
 
     def command(
-        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+        self,
+        name: str,
+        uid: int,
+        limits: SessionLimits,
+        ctl_dir: str | None,
+        image: str | None = None,
     ) -> tuple[list[str], str | None]:
         host = self.base.hosts[self._next_host % len(self.base.hosts)]
         self._next_host += 1
         shaped = copy.copy(self.base)  # the runner backend's flags, sized for this session
-        shaped.memory_mb = limits.tree_memory_mb() + self.extra_memory_mb()
+        shaped.memory_mb = limits.tree_memory_mb() + self.extra_memory_mb(image)
         shaped.pids_limit = limits.processes + PIDS_MARGIN
         shaped.tmpfs_mb = limits.tmp_mb
-        prepared = self.prepared.get(host)
+        prepared = self.prepared[host, image] if image else None
         agent: list[str] = list(AGENT_ARGV)
         extra_image: list[str] = []
         if prepared is not None:
