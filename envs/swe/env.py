@@ -31,6 +31,7 @@ with docker working); elsewhere it is refused with a message naming the fix.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import tempfile
@@ -52,7 +53,8 @@ from envs.tools.session import EpisodeSession
 REPO = "/workspace/repo"
 DEFAULT_SOURCE = "swe:" + str(Path(__file__).with_name("data") / "instances.jsonl")
 SYSTEM_PROMPT = (
-    "You are a software engineer. The repository is at {repo}. Reproduce the issue, "
+    "You are a software engineer. Your shell starts in the repository (tool paths are relative "
+    "to it). Reproduce the issue, "
     "fix the source code (not the tests), run the tests with `python3 -m pytest`, then call "
     "submit."
 )
@@ -114,7 +116,7 @@ class SWEEnv(ToolEnv):
 
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
         return [
-            {"role": "system", "content": SYSTEM_PROMPT.format(repo=self._placed(task).repo_dir)},
+            {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": task["problem_statement"]},
         ]
 
@@ -142,14 +144,17 @@ class SWEEnv(ToolEnv):
         from sandbox.sessions.api import SessionLimits
 
         task = self._require_task()
-        inst, self._place = instance_of(task), self._placed(task)
+        # a pull, an image's preparation or a dependency build can take minutes: not on the loop
+        inst, self._place = instance_of(task), await asyncio.to_thread(self._placed, task)
         self._history, self._last, self._submitted = {}, {}, False
         limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
         with tempfile.TemporaryDirectory(prefix="swe-start-") as tmp:
             tree = None
             if not self._place.in_image:
                 tree = materialize(inst, Path(tmp) / "repo")
-                extra = repo_options(tree, backend=self._backend, images=self.images)
+                extra = await asyncio.to_thread(
+                    repo_options, tree, backend=self._backend, images=self.images
+                )
                 self._options = {**self._session_options, **extra}
             else:
                 self._options = {**self._session_options, **self._place.options}
@@ -362,7 +367,7 @@ class SWEEnv(ToolEnv):
                     limits,
                     backend=self._backend,
                     timeout_s=self.test_timeout_s,
-                    session_options=self._options if not self._place.in_image else {},
+                    session_options=self._options,
                 )
         except SandboxError as exc:
             raise InfraError(f"sandbox failed grading {inst.instance_id!r}: {exc}") from exc

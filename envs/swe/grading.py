@@ -24,6 +24,7 @@ with the image's python (its pytest when it has one).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import tempfile
@@ -117,7 +118,7 @@ async def run_tests(
     if isinstance(tree, ImageTree):
         from sandbox.sessions.images import prepare_image
 
-        prepared = prepare_image(tree.image)
+        prepared = await asyncio.to_thread(prepare_image, tree.image)  # cached after the first
         options["image"] = tree.image
         cwd, python = TESTBED, prepared.test_python
         bundle = "-" if prepared.test_has_pytest else "/workspace/g/deps"

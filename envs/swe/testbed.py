@@ -85,7 +85,9 @@ async def _remove(ws: Any, paths: list[str]) -> None:
 async def manifest(ws: Any, root: str = TESTBED) -> dict[str, str]:
     """{relative path: sha256} of the repository's own non-test source files (trusted only in
     a session where nothing untrusted has run yet)."""
-    found = await ws.digests(root=root, suffix=".py", skip=tuple(_SKIP_DIRS))
+    found = await ws.digests(  # a file over the limit is left out: never taken, never deleted
+        root=root, suffix=".py", skip=tuple(_SKIP_DIRS), max_bytes=SOURCE_MAX_BYTES
+    )
     return {
         rel: digest
         for rel, digest in found.items()

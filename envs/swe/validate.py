@@ -72,7 +72,7 @@ async def validate_one(
     problems: list[str] = []
     runs: list[TestRun] = []
     try:
-        place = placement(inst, backend=backend, images=images)
+        place = await asyncio.to_thread(placement, inst, backend=backend, images=images)
         for gold in (False, True):
             tree: Path | ImageTree
             options = {}
@@ -84,7 +84,9 @@ async def validate_one(
                 materialize(inst, tree, with_tests=True)
                 if gold:
                     apply_patch(tree, inst.gold_patch, what="gold patch")
-                options = repo_options(tree, backend=backend, images=images)
+                options = await asyncio.to_thread(
+                    repo_options, tree, backend=backend, images=images
+                )
             run = await run_tests(tree, inst, limits, backend=backend, session_options=options)
             if run.notes:
                 raise PatchError("; ".join(run.notes))
