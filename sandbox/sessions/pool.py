@@ -358,6 +358,7 @@ class SessionPool:
         warm: int = 0,
         limits: SessionLimits | None = None,
         start_timeout_s: float = 120.0,
+        image: str | None = None,
         **backend_options: Any,
     ) -> None:
         if backend not in SESSION_BACKENDS:
@@ -371,6 +372,7 @@ class SessionPool:
         self.max_sessions, self.warm = max_sessions, warm
         self.limits = limits or SessionLimits()
         self.start_timeout_s = start_timeout_s
+        self.image = image  # the sessions' default image (docker; see session())
         self._options = backend_options
         self._backend: SessionBackend | None = None
         self._sem = asyncio.Semaphore(max_sessions)
@@ -417,7 +419,7 @@ class SessionPool:
 
     async def _fill_one(self) -> None:
         try:
-            handle = await self._new(self.limits)
+            handle = await self._new(self.limits, self.image)
         except (SandboxError, OSError) as exc:
             if not self._closed:
                 log.warning("session pool: a warm sandbox failed to start: %s", exc)
@@ -438,8 +440,9 @@ class SessionPool:
         image: str | None = None,
     ) -> AsyncIterator[SandboxSession]:
         """One fresh session; waits while `max_sessions` are live; closed on every exit path.
-        `image` (docker): start it from that image instead, a published SWE-style one with its
-        repository at /testbed, which the session gets writable (backends/docker.py)."""
+        `image` (docker; default the pool's `image`): start it from that image instead, a
+        published SWE-style one with its repository at /testbed, which the session gets
+        writable (backends/docker.py)."""
         if self._closed:
             raise SessionClosed("the session pool is closed")
         limits = limits or self.limits
@@ -453,7 +456,9 @@ class SessionPool:
                 f"(max_sessions={self.max_sessions} are live)"
             ) from exc
         try:
-            handle = (None if image else self._take_warm(limits)) or await self._new(limits, image)
+            image = image or self.image  # warm sandboxes are of the pool's image
+            warm = self._take_warm(limits) if image == self.image else None
+            handle = warm or await self._new(limits, image)
             self._live[handle.name] = handle
             self._refill()
             ws = SandboxSession(self, handle, limits)
