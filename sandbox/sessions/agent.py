@@ -33,7 +33,6 @@ orphan, so children nobody waited for are counted too.
 
 import base64
 import ctypes
-import hashlib
 import json
 import os
 import resource
@@ -44,7 +43,14 @@ import tarfile
 import time
 
 if "write_new" not in globals():  # on the host; inside, the host sent those files' source first
-    from sandbox.sessions.agent_files import read_regular, untar, write_new
+    from sandbox.sessions.agent_files import (
+        copy_tree,
+        digest,
+        read_regular,
+        untar,
+        walk_files,
+        write_new,
+    )
     from sandbox.sessions.agent_limits import Group, ProcTree, receive_group, stop, strike
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -458,13 +464,7 @@ class Agent:
         else:
             paths = [self.resolve(p) for p in req["paths"]]
             shown = list(req["paths"])
-        out = {}
-        for path, name in zip(paths, shown):
-            try:
-                out[name] = hashlib.sha256(read_regular(path, limit, name)).hexdigest()
-            except (OSError, ValueError):
-                out[name] = None
-        return {"digests": out}
+        return {"digests": {name: digest(path, limit) for path, name in zip(paths, shown)}}
 
     def op_ping(self, req):
         return {"pong": True}
@@ -482,22 +482,6 @@ class Agent:
                 "kind": type(exc).__name__,
                 "errno": getattr(exc, "errno", None),
             }
-
-
-def walk_files(root, suffix, skip):
-    for dirpath, dirnames, filenames in os.walk(root):  # never follows a symlinked dir
-        dirnames[:] = [d for d in dirnames if d not in skip]
-        for name in filenames:
-            if name.endswith(suffix):
-                yield os.path.join(dirpath, name)
-
-
-def copy_tree(src, dst):
-    """The seed: src's tree into dst (which exists: a tmpfs the session owns), symlinks as
-    symlinks, modes kept; the copies belong to the agent's uid, so the session can edit them."""
-    import shutil
-
-    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
 
 
 def not_started(exc):
