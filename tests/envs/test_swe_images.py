@@ -184,6 +184,65 @@ def test_prebuild_names_the_image_each_instance_runs_in(published, capsys):
     assert prepare_image(_inst(published).image).tag in out and "FAILED" not in out
 
 
+def test_images_sessions_cannot_use_are_refused_naming_what_is_missing(tmp_path):
+    """No /testbed (the sandbox base itself), and no python3 >= 3.9 for the agent."""
+    _need_docker()
+    import subprocess
+
+    from sandbox.errors import ImageBuildError
+    from sandbox.isolation.image import ensure_image
+    from sandbox.sessions.images import prepare_image
+
+    with pytest.raises(ImageBuildError, match="has no /testbed"):
+        prepare_image(ensure_image())
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {ensure_image()}\nUSER root\nRUN rm -f /usr/bin/python3*\nCOPY testbed /testbed\n"
+    )
+    tag = f"gspo-test-nopython:{secrets.token_hex(4)}"
+    subprocess.run(
+        ["docker", "build", "-q", "--network", "none", "-t", tag, str(tmp_path)], check=True
+    )
+    try:
+        with pytest.raises(ImageBuildError, match="has no python3 >= 3.9"):
+            prepare_image(tag)
+    finally:
+        remove_images(tag)
+
+
+@pytest.mark.slow
+def test_a_swe_smith_row_gets_its_bug_applied_in_the_image(tmp_path):
+    """The image holds the clean repository (as SWE-smith's do): the row's patch introduces the
+    bug in the session, for the agent and again in the grader's session."""
+    _need_docker()
+    from sandbox.sessions.images import prepare_image
+
+    shipped = next(i for i in load_instances(SHIPPED) if i.instance_id.startswith("parse"))
+    image = f"gspo-test-smith:{secrets.token_hex(4)}"
+    published_image(Path(shipped.repo_path), image)
+    row = {
+        "instance_id": shipped.instance_id,
+        "repo": shipped.repo,
+        "patch": shipped.bug_patch,
+        "FAIL_TO_PASS": list(shipped.fail_to_pass),
+        "PASS_TO_PASS": list(shipped.pass_to_pass),
+        "image_name": image,
+        "problem_statement": shipped.problem_statement,
+    }
+    path = tmp_path / "swe_smith_images.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    try:
+        assert _inst(path).schema == "swe-smith" and _inst(path).bug_patch
+        (result,) = asyncio.run(validate([_inst(path)], backend="docker"))
+        assert result.ok, result.problems
+        reward, info, _ = asyncio.run(_episode(path, [reference_calls(_inst(path))]))
+        assert reward == 1.0 and info["resolved"], info
+        reward, info, _ = asyncio.run(_episode(path, [call("submit")]))
+        assert reward == 0.0 and info["grade_reason"], info
+    finally:
+        remove_images(prepare_image(image).tag, image)
+
+
 def test_bubblewrap_cannot_start_from_an_image_and_says_to_use_docker(tmp_path):
     from sandbox.sessions.backends.bubblewrap import BubblewrapSessionBackend
 
