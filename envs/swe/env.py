@@ -144,17 +144,23 @@ class SWEEnv(ToolEnv):
         from sandbox.sessions.api import SessionLimits
 
         task = self._require_task()
-        # a pull, an image's preparation or a dependency build can take minutes: not on the loop
-        inst, self._place = instance_of(task), await asyncio.to_thread(self._placed, task)
+        inst = instance_of(task)
+        try:  # a pull, an image's preparation or a dependency build can take minutes: a thread
+            self._place = await asyncio.to_thread(self._placed, task)
+        except SandboxError as exc:  # the engine, a pull, a broken image: never a reward of 0
+            raise InfraError(f"SWE-v0 cannot start {inst.instance_id!r}: {exc}") from exc
         self._history, self._last, self._submitted = {}, {}, False
         limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
         with tempfile.TemporaryDirectory(prefix="swe-start-") as tmp:
             tree = None
             if not self._place.in_image:
                 tree = materialize(inst, Path(tmp) / "repo")
-                extra = await asyncio.to_thread(
-                    repo_options, tree, backend=self._backend, images=self.images
-                )
+                try:
+                    extra = await asyncio.to_thread(
+                        repo_options, tree, backend=self._backend, images=self.images
+                    )
+                except (SandboxError, RuntimeError) as exc:  # a dependency build failed
+                    raise InfraError(f"SWE-v0 cannot start {inst.instance_id!r}: {exc}") from exc
                 self._options = {**self._session_options, **extra}
             else:
                 self._options = {**self._session_options, **self._place.options}

@@ -14,7 +14,8 @@ at /.gspo-testbed and labels saying which python runs the agent (3.9+, standard 
 one has the repository's dependencies (a conda env named testbed, a venv, else the first python
 on the image's PATH that imports pytest). Nothing of the source image is changed.
 
-The source image must exist on the engine or be pullable (`docker pull` is tried once per process).
+The source image must exist on the engine or be pullable (a failed `docker pull` is retried
+after PULL_RETRY_S).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class PreparedImage:
 
 
 _prepared: dict[tuple[str | None, str], PreparedImage] = {}
-_pull_tried: dict[tuple[str | None, str], str | None] = {}
+_pull_failed: dict[tuple[str | None, str], tuple[float, str]] = {}  # (when, why)
+PULL_RETRY_S = 600.0  # a failed pull is not tried again for this long (a registry outage ends)
 
 
 def _docker(host: str | None, *args: str) -> subprocess.CompletedProcess[str]:
@@ -101,20 +103,22 @@ def image_id(image: str, host: str | None = None) -> str | None:
 
 def pull_or_reason(image: str, host: str | None = None, *, pull: bool = True) -> str | None:
     """None when `image` is on the engine (pulling it first if allowed and missing); else why
-    not. A failed pull is remembered for the process (one try per image)."""
+    not. A failed pull is not retried for PULL_RETRY_S."""
     if image_id(image, host) is not None:
         return None
     if not pull:
         return "not on the docker engine and pulling is off"
     key = (host, image)
-    if key not in _pull_tried:
-        start = time.monotonic()
-        run = _docker(host, "pull", "--quiet", image)
-        reason = None if run.returncode == 0 else f"docker pull failed: {run.stderr.strip()[:300]}"
-        if reason is None:
-            log.info("pulled %s in %.1fs", image, time.monotonic() - start)
-        _pull_tried[key] = reason
-    return _pull_tried[key]
+    failed = _pull_failed.get(key)
+    if failed is not None and time.monotonic() - failed[0] < PULL_RETRY_S:
+        return failed[1]
+    start = time.monotonic()
+    run = _docker(host, "pull", "--quiet", image)
+    if run.returncode != 0:
+        _pull_failed[key] = (time.monotonic(), f"docker pull failed: {run.stderr.strip()[:300]}")
+        return _pull_failed[key][1]
+    log.info("pulled %s in %.1fs", image, time.monotonic() - start)
+    return None
 
 
 def prepare_image(image: str, host: str | None = None, *, pull: bool = True) -> PreparedImage:
