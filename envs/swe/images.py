@@ -267,7 +267,7 @@ def _build_deps_image(base: str, tag: str, specs: list[str]) -> None:
         Path(ctx, "site").mkdir(exist_ok=True)
         Path(ctx, "Dockerfile").write_text(f"FROM {base}\nCOPY site {site_dir}\n")
         build = subprocess.run(
-            ["docker", "build", "--quiet", "--network", "none", "-t", tag, ctx],
+            ["docker", "build", "--quiet", "--force-rm", "--network", "none", "-t", tag, ctx],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if build.returncode != 0:

@@ -49,7 +49,7 @@ def published_image(tree: Path, tag: str) -> str:
             f"FROM {base}\nUSER root\nCOPY testbed /testbed\nCOPY env {ENV}\nWORKDIR /testbed\n"
         )
         subprocess.run(
-            ["docker", "build", "--quiet", "--network", "none", "-t", tag, ctx],
+            ["docker", "build", "--quiet", "--force-rm", "--network", "none", "-t", tag, ctx],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
     return tag

@@ -201,7 +201,8 @@ def test_images_sessions_cannot_use_are_refused_naming_what_is_missing(tmp_path)
     )
     tag = f"gspo-test-nopython:{secrets.token_hex(4)}"
     subprocess.run(
-        ["docker", "build", "-q", "--network", "none", "-t", tag, str(tmp_path)], check=True
+        ["docker", "build", "-q", "--force-rm", "--network", "none", "-t", tag, str(tmp_path)],
+        check=True,
     )
     try:
         with pytest.raises(ImageBuildError, match="has no python3 >= 3.9"):
