@@ -42,7 +42,7 @@ from envs.base import Message
 from envs.errors import InfraError
 from envs.swe.editing import gold_edits, numbered, view_range_text
 from envs.swe.grading import Verdict, graded_tree, judge, run_tests
-from envs.swe.images import Placement, placement, repo_options
+from envs.swe.images import Placement, placement, repo_dir, repo_options
 from envs.swe.instances import Instance, load_instances
 from envs.swe.reference import reference_turns
 from envs.swe.repo import materialize, pytest_bundle
@@ -53,8 +53,7 @@ from envs.tools.session import EpisodeSession
 REPO = "/workspace/repo"
 DEFAULT_SOURCE = "swe:" + str(Path(__file__).with_name("data") / "instances.jsonl")
 SYSTEM_PROMPT = (
-    "You are a software engineer. Your shell starts in the repository (tool paths are relative "
-    "to it). Reproduce the issue, "
+    "You are a software engineer. The repository is at {repo}. Reproduce the issue, "
     "fix the source code (not the tests), run the tests with `python3 -m pytest`, then call "
     "submit."
 )
@@ -101,6 +100,7 @@ class SWEEnv(ToolEnv):
         self.partial_credit = bool(partial_credit)
         self.images = images
         self._placements: dict[str, Placement] = {}
+        self._repo_dirs: dict[str, str] = {}
         self._place = Placement(REPO)
         self._options: dict[str, Any] = dict(self._session_options)
         self._manifest: dict[str, str] = {}
@@ -116,7 +116,7 @@ class SWEEnv(ToolEnv):
 
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
         return [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": SYSTEM_PROMPT.format(repo=self._repo_dir(task))},
             {"role": "user", "content": task["problem_statement"]},
         ]
 
@@ -131,6 +131,13 @@ class SWEEnv(ToolEnv):
         )
 
     # -- session --------------------------------------------------------------------------------
+    def _repo_dir(self, task: dict[str, Any]) -> str:
+        inst = instance_of(task)
+        if inst.instance_id not in self._repo_dirs:  # at most one `docker image inspect`
+            where = repo_dir(inst, backend=self._backend, images=self.images)
+            self._repo_dirs[inst.instance_id] = where
+        return self._repo_dirs[inst.instance_id]
+
     def _placed(self, task: dict[str, Any]) -> Placement:
         inst = instance_of(task)
         if inst.instance_id not in self._placements:
@@ -149,6 +156,13 @@ class SWEEnv(ToolEnv):
             self._place = await asyncio.to_thread(self._placed, task)
         except SandboxError as exc:  # the engine, a pull, a broken image: never a reward of 0
             raise InfraError(f"SWE-v0 cannot start {inst.instance_id!r}: {exc}") from exc
+        announced = self._repo_dir(task)
+        if self._place.repo_dir != announced:  # its image came or went since the prompt
+            self._repo_dirs.pop(inst.instance_id, None)
+            raise InfraError(
+                f"SWE-v0: the prompt of {inst.instance_id!r} said {announced}, but its image "
+                f"changed since; it runs at {self._place.repo_dir} from the next episode"
+            )
         self._history, self._last, self._submitted = {}, {}, False
         limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
         with tempfile.TemporaryDirectory(prefix="swe-start-") as tmp:

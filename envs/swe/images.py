@@ -4,7 +4,8 @@
     tag = deps_image(tree)                          # per-repository image, or None (no deps)
 
 `images="auto"` (the env's default): an instance whose image (image_name / docker_image / the
-SWE-bench harness's name) is on the docker engine, or can be pulled, runs in it with the
+SWE-bench harness's name) is on the docker engine, or can be pulled (rows without repo_path;
+`prebuild` pulls for the others), runs in it with the
 repository at /testbed and the tests run with the image's python that has the repository's
 dependencies (sandbox/sessions/images.py picks it). Otherwise a row with repo_path runs from its
 local repository at /workspace/repo on an image built from the sandbox base with the
@@ -80,8 +81,24 @@ def docker_problem() -> str | None:
     return _docker_ok["local"]
 
 
+def repo_dir(inst: Instance, *, backend: str, images: str = "auto") -> str:
+    """Where `inst`'s repository will be, decided cheaply (no pull, no preparation: at most a
+    `docker image inspect`) and as `placement` decides: /testbed for a row with only an image,
+    and for a row with repo_path too when the engine already has its image."""
+    if not inst.image or images == "off" or backend not in ("auto", "docker"):
+        return "/workspace/repo" if inst.repo_path else "/testbed"
+    if not inst.repo_path:
+        return "/testbed"
+    from sandbox.sessions.images import image_id
+
+    if docker_problem() is not None or image_id(inst.image) is None:
+        return "/workspace/repo"
+    return "/testbed"
+
+
 def placement(inst: Instance, *, backend: str, images: str = "auto") -> Placement:
-    """Where `inst` runs; ValueError naming the fix when it cannot run anywhere here."""
+    """Where `inst` runs; ValueError naming the fix when it cannot run anywhere here. A row with
+    repo_path uses its image only when the engine has it (no pull: `prebuild` pulls)."""
     from sandbox.sessions.images import prepare_image, pull_or_reason
 
     if images not in IMAGE_MODES:
@@ -89,7 +106,8 @@ def placement(inst: Instance, *, backend: str, images: str = "auto") -> Placemen
     dockerish = backend in ("auto", "docker")
     problem = docker_problem() if dockerish else f"backend={backend!r}"
     if inst.image and images != "off" and problem is None:
-        reason = pull_or_reason(inst.image, pull=images == "auto")
+        pull = images == "auto" and not inst.repo_path
+        reason = pull_or_reason(inst.image, pull=pull)
         if reason is None:
             return Placement("/testbed", {"image": inst.image}, prepare_image(inst.image))
         if not inst.repo_path:
@@ -283,6 +301,10 @@ def prebuild(instances: list[Instance], *, images: str = "auto") -> list[tuple[s
     for inst in instances:
         start = time.monotonic()
         try:
+            if inst.image and images == "auto":  # rows with repo_path too: episodes never pull
+                from sandbox.sessions.images import pull_or_reason
+
+                pull_or_reason(inst.image)
             place = placement(inst, backend="docker", images=images)
             if place.in_image:
                 what = f"image {inst.image} -> {place.prepared.tag}"

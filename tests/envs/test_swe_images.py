@@ -101,6 +101,7 @@ def test_oracle_resolves_in_the_image_and_the_null_agent_does_not(published):
         "bash", command="pwd; command -v python; python -c 'import pytest' && echo has-pytest"
     )
     reward, info, seen = asyncio.run(_episode(published, [look, call("submit")]))
+    assert "The repository is at /testbed." in seen[0]
     assert seen[1].split()[:3] == ["/testbed", "/opt/miniconda3/envs/testbed/bin/python"] + [
         "has-pytest"
     ]
