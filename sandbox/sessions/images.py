@@ -39,8 +39,9 @@ PREP_REVISION = 1  # bump when PROBE changes
 TESTBED = "/testbed"
 SEED_DIR = "/.gspo-testbed"
 _LABEL = "gspo.session."
-# Runs as root in a throwaway container of the source image (no network): picks the pythons,
-# checks bash, copies the repository to SEED_DIR readable by any uid; prints key=value lines.
+# Runs as root in a throwaway container of the source image (no network, no capabilities but
+# those the copy needs): picks the pythons, checks bash, copies the repository to SEED_DIR
+# readable by any uid; prints key=value lines.
 PROBE = r"""
 agent="" test="" pyt=""
 for p in /usr/bin/python3 /usr/local/bin/python3 $(command -v python3 2>/dev/null) \
@@ -145,8 +146,10 @@ def prepare_image(image: str, host: str | None = None, *, pull: bool = True) -> 
 def _build(image: str, tag: str, host: str | None) -> None:
     start = time.monotonic()
     name = f"gspo-prep-{secrets.token_hex(4)}"
-    run = _docker(
-        host, "run", "--name", name, "--user", "0", "--network", "none",
+    run = _docker(  # root for the copy, but no network and only the copy's capabilities
+        host, "run", "--name", name, "--user", "0", "--network", "none", "--cap-drop", "ALL",
+        "--cap-add", "CHOWN", "--cap-add", "DAC_OVERRIDE", "--cap-add", "FOWNER",
+        "--security-opt", "no-new-privileges", "--pids-limit", "256",
         "--entrypoint", "/bin/sh", image, "-c", PROBE,
     )  # fmt: skip
     try:
