@@ -1,8 +1,13 @@
 """SWE-v0: resolve an issue in a real repository with SWE-agent-style tools; graded like SWE-bench.
 
-Each episode opens a sandbox session with the instance's start state at /workspace/repo (its
-repository at base_commit, plus the bug for SWE-smith-style rows) and pytest importable
-(`python3 -m pytest` works there; the bundle is at /workspace/.deps). Tools: `bash`, `view` (a
+Each episode opens a sandbox session with the instance's start state (its repository at
+base_commit, plus the bug for SWE-smith-style rows) and pytest importable (`python3 -m pytest`).
+Where it is (images.py): an instance whose image (image_name / docker_image / SWE-bench's
+harness name) is on the docker engine or can be pulled runs in that image with the repository at
+/testbed and the image's python first on the PATH (SWE-bench's testbed env); otherwise its
+repo_path is uploaded to /workspace/repo, on an image built once per repository from the sandbox
+base with the repository's declared dependencies (docker), with pytest bundled at
+/workspace/.deps. Tools: `bash`, `view` (a
 file with line numbers, an optional [start, end] range, or a directory listing), `create`,
 `str_replace` (old_str must occur exactly once), `insert` (after line N), `undo_edit` (the last
 edit of a file), `submit`. Output longer than `max_tool_output_chars` is cut with a marker; each
@@ -13,18 +18,20 @@ Reward (grading.py): 1 when every FAIL_TO_PASS and PASS_TO_PASS test passes afte
 (SWE-bench's "resolved"), else 0; `partial_credit=True` gives the passing fraction instead. The
 grader kills the agent's processes, rebuilds the repository from the instance file, takes only
 the agent's versions of the repository's own non-test source files, and runs the tests in a
-fresh session whose only trusted output is a nonce-tagged line. `info["grade_reason"]` says why
+fresh session (on the same image) whose only trusted output is a nonce-tagged line. `info["grade_reason"]` says why
 an episode did not resolve. A sandbox failure raises InfraError (the trajectory is an error,
 never a 0); a spent session budget ends the episode, which is graded as it stands.
 
 kwargs: source ("swe:PATH", a JSONL of instances; default the shipped set), backend,
-session_options, exec_timeout_s, session_cpu_s, test_timeout_s, partial_credit, max_turns, tools.
-Instances that name only an image (no repo_path) are refused with a message: sessions cannot yet
-start from a per-instance image here.
+session_options, exec_timeout_s, session_cpu_s, test_timeout_s, partial_credit, max_turns, tools,
+images ("auto": the instance's image when local or pullable; "local": never pull; "off": always
+repo_path on the sandbox base). An instance with only an image runs on backend docker (or auto
+with docker working); elsewhere it is refused with a message naming the fix.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import tempfile
@@ -35,16 +42,18 @@ from envs.base import Message
 from envs.errors import InfraError
 from envs.swe.editing import gold_edits, numbered, view_range_text
 from envs.swe.grading import Verdict, graded_tree, judge, run_tests
+from envs.swe.images import Placement, placement, repo_dir, repo_options
 from envs.swe.instances import Instance, load_instances
 from envs.swe.reference import reference_turns
 from envs.swe.repo import materialize, pytest_bundle
+from envs.swe.testbed import ImageTree, agent_edits, manifest, patch_in_session
 from envs.tools import ToolEnv, ToolError, tool
 from envs.tools.session import EpisodeSession
 
 REPO = "/workspace/repo"
 DEFAULT_SOURCE = "swe:" + str(Path(__file__).with_name("data") / "instances.jsonl")
 SYSTEM_PROMPT = (
-    "You are a software engineer. The repository is at /workspace/repo. Reproduce the issue, "
+    "You are a software engineer. The repository is at {repo}. Reproduce the issue, "
     "fix the source code (not the tests), run the tests with `python3 -m pytest`, then call "
     "submit."
 )
@@ -70,6 +79,7 @@ class SWEEnv(ToolEnv):
         max_tool_calls_per_turn: int | None = None,
         max_tool_output_chars: int | None = None,
         tools: list[str] | None = None,
+        images: str = "auto",
         sandbox: Any | None = None,  # the trainer's shared judging sandbox: grading uses sessions
     ) -> None:
         super().__init__(
@@ -88,6 +98,12 @@ class SWEEnv(ToolEnv):
         self.exec_timeout_s, self.session_cpu_s = exec_timeout_s, session_cpu_s
         self.test_timeout_s = test_timeout_s
         self.partial_credit = bool(partial_credit)
+        self.images = images
+        self._placements: dict[str, Placement] = {}
+        self._repo_dirs: dict[str, str] = {}
+        self._place = Placement(REPO)
+        self._options: dict[str, Any] = dict(self._session_options)
+        self._manifest: dict[str, str] = {}
         self._history: dict[str, list[str]] = {}
         self._last: dict[str, Any] = {}
         self._submitted = False
@@ -100,7 +116,7 @@ class SWEEnv(ToolEnv):
 
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
         return [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": SYSTEM_PROMPT.format(repo=self._repo_dir(task))},
             {"role": "user", "content": task["problem_statement"]},
         ]
 
@@ -115,29 +131,73 @@ class SWEEnv(ToolEnv):
         )
 
     # -- session --------------------------------------------------------------------------------
+    def _repo_dir(self, task: dict[str, Any]) -> str:
+        inst = instance_of(task)
+        if inst.instance_id not in self._repo_dirs:  # at most one `docker image inspect`
+            where = repo_dir(inst, backend=self._backend, images=self.images)
+            self._repo_dirs[inst.instance_id] = where
+        return self._repo_dirs[inst.instance_id]
+
+    def _placed(self, task: dict[str, Any]) -> Placement:
+        inst = instance_of(task)
+        if inst.instance_id not in self._placements:
+            self._placements[inst.instance_id] = placement(
+                inst, backend=self._backend, images=self.images
+            )
+        return self._placements[inst.instance_id]
+
     async def on_start(self) -> None:
         from sandbox import SandboxError
         from sandbox.sessions.api import SessionLimits
 
-        inst = instance_of(self._require_task())
-        if not inst.repo_path:
-            raise ValueError(
-                f"instance {inst.instance_id!r} names only the image {inst.image!r}; sessions "
-                "cannot start from a per-instance image yet: give the row a repo_path"
+        task = self._require_task()
+        inst = instance_of(task)
+        try:  # a pull, an image's preparation or a dependency build can take minutes: a thread
+            self._place = await asyncio.to_thread(self._placed, task)
+        except SandboxError as exc:  # the engine, a pull, a broken image: never a reward of 0
+            raise InfraError(f"SWE-v0 cannot start {inst.instance_id!r}: {exc}") from exc
+        announced = self._repo_dir(task)
+        if self._place.repo_dir != announced:  # its image came or went since the prompt
+            self._repo_dirs.pop(inst.instance_id, None)
+            raise InfraError(
+                f"SWE-v0: the prompt of {inst.instance_id!r} said {announced}, but its image "
+                f"changed since; it runs at {self._place.repo_dir} from the next episode"
             )
         self._history, self._last, self._submitted = {}, {}, False
         limits = SessionLimits(exec_timeout_s=self.exec_timeout_s, cpu_s=self.session_cpu_s)
-        ws = await self.session.open(limits)
-        try:
-            with tempfile.TemporaryDirectory(prefix="swe-start-") as tmp:
-                await ws.upload(materialize(inst, Path(tmp) / "repo"), "repo")
+        with tempfile.TemporaryDirectory(prefix="swe-start-") as tmp:
+            tree = None
+            if not self._place.in_image:
+                tree = materialize(inst, Path(tmp) / "repo")
+                try:
+                    extra = await asyncio.to_thread(
+                        repo_options, tree, backend=self._backend, images=self.images
+                    )
+                except (SandboxError, RuntimeError) as exc:  # a dependency build failed
+                    raise InfraError(f"SWE-v0 cannot start {inst.instance_id!r}: {exc}") from exc
+                self._options = {**self._session_options, **extra}
+            else:
+                self._options = {**self._session_options, **self._place.options}
+            ws = await self.session.open(limits, **self._options)
+            try:
+                await self._set_up(ws, inst, tree)
+            except SandboxError as exc:
+                await self.session.close()
+                raise InfraError(f"SWE-v0 could not set up its workspace: {exc}") from exc
+
+    async def _set_up(self, ws: Any, inst: Instance, tree: Path | None) -> None:
+        bundle = True
+        if tree is not None:
+            await ws.upload(tree, "repo")
+        else:  # the image's /testbed: the bug, then the trusted list of its source files
+            await patch_in_session(ws, inst.bug_patch, what=f"{inst.instance_id}: bug patch")
+            self._manifest = await manifest(ws)
+            bundle = not self._place.prepared.test_has_pytest
+        exports = "PYTHONDONTWRITEBYTECODE=1"
+        if bundle:
             await ws.upload(pytest_bundle(), ".deps")
-            await ws.exec(
-                f"cd {REPO} && export PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/workspace/.deps"
-            )
-        except SandboxError as exc:
-            await self.session.close()
-            raise InfraError(f"SWE-v0 could not set up its workspace: {exc}") from exc
+            exports += " PYTHONPATH=/workspace/.deps"
+        await ws.exec(f"cd {self._place.repo_dir} && export {exports}")
 
     async def on_close(self) -> None:
         await self.session.close()
@@ -169,7 +229,7 @@ class SWEEnv(ToolEnv):
             path: a file or directory (relative to the repository root, or absolute).
             view_range: optional [start, end] line numbers (1-based, end -1 for the last line).
         """
-        full = _in_repo(path)
+        full = self._in_repo(path)
         try:
             text = await self._read(full)
         except ToolError as exc:
@@ -188,7 +248,7 @@ class SWEEnv(ToolEnv):
             path: the file.
             file_text: its whole content.
         """
-        full = _in_repo(path)
+        full = self._in_repo(path)
         try:
             self._history.setdefault(full, []).append(await self._read(full))
         except ToolError:
@@ -205,7 +265,7 @@ class SWEEnv(ToolEnv):
             old_str: the exact text to replace (with enough context to be unique).
             new_str: the replacement.
         """
-        full = _in_repo(path)
+        full = self._in_repo(path)
         text = await self._read(full)
         count = text.count(old_str) if old_str else 0
         if count != 1:
@@ -227,7 +287,7 @@ class SWEEnv(ToolEnv):
             insert_line: the line number after which the text goes.
             new_str: the text to insert.
         """
-        full = _in_repo(path)
+        full = self._in_repo(path)
         text = await self._read(full)
         lines = text.splitlines(keepends=True)
         if not 0 <= insert_line <= len(lines):
@@ -246,7 +306,7 @@ class SWEEnv(ToolEnv):
         Args:
             path: the file.
         """
-        full = _in_repo(path)
+        full = self._in_repo(path)
         history = self._history.get(full)
         if not history:
             raise ToolError(f"no edit of {path} to undo")
@@ -260,9 +320,22 @@ class SWEEnv(ToolEnv):
         self.end_episode()
         return "submitted"
 
+    def _in_repo(self, path: str) -> str:
+        return path if path.startswith("/") else f"{self._place.repo_dir}/{path}"
+
     async def _save(self, full: str, old: str, new: str) -> None:
         await self._write(full, new)
         self._history.setdefault(full, []).append(old)
+
+    async def _graded(self, inst: Instance, dest: Path) -> tuple[Path | ImageTree, list[str]]:
+        ws = self.session.require()
+        if not self._place.in_image:
+            return await graded_tree(ws, inst, dest)
+        await ws.kill_processes()
+        edits, notes = await agent_edits(ws, self._manifest)
+        before = ((f"{inst.instance_id}: bug patch", inst.bug_patch),)
+        after = (("test_patch", inst.test_patch),)
+        return ImageTree(inst.image, before, edits, after), notes
 
     async def _read(self, path: str) -> str:
         from sandbox import SandboxError
@@ -304,7 +377,7 @@ class SWEEnv(ToolEnv):
         limits = SessionLimits(exec_timeout_s=self.test_timeout_s, cpu_s=4 * self.test_timeout_s)
         try:
             with tempfile.TemporaryDirectory(prefix="swe-grade-") as tmp:
-                tree, notes = await graded_tree(self.session.require(), inst, Path(tmp) / "r")
+                tree, notes = await self._graded(inst, Path(tmp) / "r")
                 # the episode is over: free its slot before the grading session takes one, so
                 # a pool whose every slot holds an episode being graded cannot deadlock
                 await self.session.close()
@@ -314,10 +387,11 @@ class SWEEnv(ToolEnv):
                     limits,
                     backend=self._backend,
                     timeout_s=self.test_timeout_s,
-                    session_options=self._session_options,
+                    session_options=self._options,
                 )
         except SandboxError as exc:
             raise InfraError(f"sandbox failed grading {inst.instance_id!r}: {exc}") from exc
+        notes += run.notes
         verdict = judge(run, inst)
         if notes and not verdict.resolved:
             verdict = dataclasses.replace(verdict, reason=f"{verdict.reason} ({'; '.join(notes)})")
@@ -354,7 +428,3 @@ def reference_calls(inst: Instance) -> str:
     ]
     calls.append({"name": "submit", "arguments": {}})
     return "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
-
-
-def _in_repo(path: str) -> str:
-    return path if path.startswith("/") else f"{REPO}/{path}"

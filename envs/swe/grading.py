@@ -15,10 +15,16 @@ only trusted output is one nonce-tagged line. Nothing the agent did to its own w
 full disk or inodes, lingering processes, planted sitecustomize/.pth/conftest/stdlib names, stale
 bytecode, printed result lines, edited tests) can make this raise or pass. A sandbox failure
 (BackendFailure, a session that will not start) raises; the env maps it to InfraError.
+
+Instances that run in their own image (testbed.py) follow the same order without a host tree:
+the start state is the image's /testbed (+ bug_patch), the agent's files taken are those of the
+manifest made when its session was fresh, and the grader's fresh session runs on the same image
+with the image's python (its pytest when it has one).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import tempfile
@@ -28,6 +34,7 @@ from typing import Any
 
 from envs.swe.instances import Instance
 from envs.swe.repo import PatchError, apply_patch, materialize, pytest_bundle, source_files
+from envs.swe.testbed import TESTBED, ImageTree, build_in_session
 
 __all__ = ["TestRun", "Verdict", "graded_tree", "judge", "run_tests"]
 
@@ -42,6 +49,7 @@ class TestRun:
     statuses: dict[str, str] | None  # nodeid -> status; None: no result line (run died/hung)
     log: str  # pytest's output (up to 8 MiB), for people and the log parser
     timed_out: bool = False
+    notes: tuple[str, ...] = ()  # patches that did not apply over the agent's edits (image trees)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +98,7 @@ async def graded_tree(agent_ws: Any, inst: Instance, dest: Path) -> tuple[Path, 
 
 
 async def run_tests(
-    tree: Path,
+    tree: Path | ImageTree,
     inst: Instance,
     limits: Any,
     *,
@@ -98,19 +106,36 @@ async def run_tests(
     timeout_s: float = 300.0,
     session_options: dict[str, Any] | None = None,
 ) -> TestRun:
-    """Run the instance's test files on `tree` in a fresh session; the nonce-tagged outcomes."""
+    """Run the instance's test files on `tree` in a fresh session; the nonce-tagged outcomes.
+    A host directory is uploaded to the session; an ImageTree is built in a session on its image
+    from the image's pristine /testbed (testbed.py) and tested with the image's python."""
     import sandbox
 
     nonce = secrets.token_hex(16)
     files = list(inst.test_files) or ["."]
-    async with sandbox.session(limits, backend=backend, **(session_options or {})) as ws:
-        await ws.upload(tree, "g/repo")
-        await ws.upload(pytest_bundle(), "g/deps")
+    options = dict(session_options or {})
+    notes: list[str] = []
+    if isinstance(tree, ImageTree):
+        from sandbox.sessions.images import prepare_image
+
+        prepared = await asyncio.to_thread(prepare_image, tree.image)  # cached after the first
+        options["image"] = tree.image
+        cwd, python = TESTBED, prepared.test_python
+        bundle = "-" if prepared.test_has_pytest else "/workspace/g/deps"
+    else:
+        cwd, python, bundle = "/workspace/g/repo", "/usr/bin/python3", "/workspace/g/deps"
+    async with sandbox.session(limits, backend=backend, **options) as ws:
+        if isinstance(tree, ImageTree):
+            notes = await build_in_session(ws, tree)
+        else:
+            await ws.upload(tree, "g/repo")
+        if bundle != "-":
+            await ws.upload(pytest_bundle(), "g/deps")
         await ws.write_file("g/runner.py", RUNNER.read_text())
         await ws.write_file("g/nonce", nonce, mode=0o600)
         command = (
-            "cd /workspace/g/repo && exec /usr/bin/python3 -I -B /workspace/g/runner.py "
-            "/workspace/g/nonce /workspace/g/deps /workspace/g/log -o addopts= "
+            f"cd {cwd} && exec {_quote(python)} -I -B /workspace/g/runner.py "
+            f"/workspace/g/nonce {bundle} /workspace/g/log -o addopts= "
             + " ".join(_quote(f) for f in files)
         )
         result = await ws.exec(command, timeout_s=timeout_s, fresh=True)
@@ -128,7 +153,7 @@ async def run_tests(
             if isinstance(parsed, dict):
                 statuses = {str(k): str(v) for k, v in parsed.items()}
             break
-    return TestRun(statuses, log, timed_out=result.timed_out)
+    return TestRun(statuses, log, timed_out=result.timed_out, notes=tuple(notes))
 
 
 def _quote(arg: str) -> str:

@@ -1,6 +1,6 @@
 """Runs INSIDE the grading sandbox: pytest on the graded tree, outcomes on a nonce-tagged line.
 
-argv: NONCE_FILE BUNDLE_DIR LOG_FILE PYTEST_ARGS... Started as `python3 -I -B` (no PYTHONPATH,
+argv: NONCE_FILE BUNDLE_DIR LOG_FILE PYTEST_ARGS... (BUNDLE_DIR "-": the interpreter's own pytest) Started as `python3 -I -B` (no PYTHONPATH,
 no user site, no script-dir tricks, no bytecode written) from a clean shell in a session where no
 agent process ever ran. The nonce is read from its file and the file unlinked before pytest
 imports anything of the repository, so it is in no file, argument or environment variable the
@@ -111,7 +111,7 @@ def main():
     sys.dont_write_bytecode = True
     # as `python -m pytest` does: the repository first (-I left the cwd off sys.path), so its
     # package imports without an install; the tree holds only files the grader chose
-    sys.path[:0] = [os.getcwd(), bundle]
+    sys.path[:0] = [os.getcwd()] + ([bundle] if bundle != "-" else [])  # "-": the env's pytest
     import pytest
 
     seen = {}

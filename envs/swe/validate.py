@@ -6,7 +6,11 @@ and every PASS_TO_PASS test passes both times. Both runs go through the grader's
 (grading.run_tests), and the pytest log of each run is also parsed the way SWE-bench parses
 logs (`parse_pytest_log`); a disagreement between the two is reported as broken too.
 
-    python -m envs.swe validate PATH [--backend bubblewrap] [--only ID ...]
+    python -m envs.swe validate PATH [--backend bubblewrap] [--images auto] [--only ID ...]
+
+An instance runs where an episode would (images.py): in its own image when the docker engine
+has it or can pull it (the gold and test patches applied in the session to the image's
+/testbed), else from its repo_path on the per-repository dependency image.
 
 prints one row per instance and exits 1 when any instance is broken.
 """
@@ -19,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.swe.grading import SUCCESS, TestRun, run_tests
+from envs.swe.images import placement, repo_options
 from envs.swe.instances import Instance
 from envs.swe.repo import PatchError, apply_patch, materialize
+from envs.swe.testbed import ImageTree
 
 __all__ = ["Validation", "parse_pytest_log", "validate"]
 
@@ -59,19 +65,34 @@ class Validation:
     seconds: float
 
 
-async def validate_one(inst: Instance, limits: object, *, backend: str, tmp: Path) -> Validation:
+async def validate_one(
+    inst: Instance, limits: object, *, backend: str, tmp: Path, images: str = "auto"
+) -> Validation:
     start = time.monotonic()
     problems: list[str] = []
     runs: list[TestRun] = []
-    for gold in (False, True):
-        tree = tmp / inst.instance_id.replace("/", "_") / ("gold" if gold else "start")
-        try:
-            materialize(inst, tree, with_tests=True)
-            if gold:
-                apply_patch(tree, inst.gold_patch, what="gold patch")
-        except (PatchError, ValueError) as exc:
-            return Validation(inst.instance_id, False, (str(exc),), time.monotonic() - start)
-        runs.append(await run_tests(tree, inst, limits, backend=backend))
+    try:
+        place = await asyncio.to_thread(placement, inst, backend=backend, images=images)
+        for gold in (False, True):
+            tree: Path | ImageTree
+            options = {}
+            if place.in_image:  # the image's /testbed, patched in the session
+                post = [("test_patch", inst.test_patch)] + [("gold patch", inst.gold_patch)] * gold
+                tree = ImageTree(inst.image, (("bug patch", inst.bug_patch),), {}, tuple(post))
+            else:
+                tree = tmp / inst.instance_id.replace("/", "_") / ("gold" if gold else "start")
+                materialize(inst, tree, with_tests=True)
+                if gold:
+                    apply_patch(tree, inst.gold_patch, what="gold patch")
+                options = await asyncio.to_thread(
+                    repo_options, tree, backend=backend, images=images
+                )
+            run = await run_tests(tree, inst, limits, backend=backend, session_options=options)
+            if run.notes:
+                raise PatchError("; ".join(run.notes))
+            runs.append(run)
+    except (PatchError, ValueError) as exc:
+        return Validation(inst.instance_id, False, (str(exc),), time.monotonic() - start)
     before, after = runs
     for label, run in (("before", before), ("after", after)):
         if run.statuses is None:
@@ -106,7 +127,7 @@ def _compare(inst: Instance, before: dict[str, str], after: dict[str, str]) -> l
 
 
 async def validate(
-    instances: list[Instance], *, backend: str = "auto", concurrency: int = 2
+    instances: list[Instance], *, backend: str = "auto", concurrency: int = 2, images: str = "auto"
 ) -> list[Validation]:
     import tempfile
 
@@ -117,7 +138,7 @@ async def validate(
 
     async def one(inst: Instance, tmp: Path) -> Validation:
         async with sem:
-            return await validate_one(inst, limits, backend=backend, tmp=tmp)
+            return await validate_one(inst, limits, backend=backend, tmp=tmp, images=images)
 
     with tempfile.TemporaryDirectory(prefix="swe-validate-") as tmp:
         return list(await asyncio.gather(*(one(i, Path(tmp)) for i in instances)))

@@ -30,13 +30,15 @@ class EpisodeSession:
         self.ws: Any = None
         self.budget_exhausted = False  # this episode spent the session's budget (until `open`)
 
-    async def open(self, limits: Any) -> Any:
+    async def open(self, limits: Any, **options: Any) -> Any:
+        """A new session; `options` add to the pool's (e.g. image=... for its own image)."""
         import sandbox
 
         await self.close()  # a reset without a close: never leak the last episode's session
         self.budget_exhausted = False
         try:
-            self._cm = sandbox.session(limits, backend=self.backend, **self.pool_options)
+            pool_options = {**self.pool_options, **options}
+            self._cm = sandbox.session(limits, backend=self.backend, **pool_options)
             self.ws = await self._cm.__aenter__()
         except sandbox.SandboxError as exc:
             self._cm = None

@@ -8,10 +8,16 @@ call costs one JSON line each way instead of a `docker exec`.
 Protocol (one JSON object per line, one request at a time):
   host -> agent   first line: {"workspace", "limits": {memory_mb, processes, file_bytes},
                   "kernel_source", "cgroup" (the session group's fds, or null), "ctl" (a unix
-                  socket to take those fds from, docker; or null)}; the agent answers
-                  {"ready": true}
+                  socket to take those fds from, docker; or null), optional "seed" ([from, to]:
+                  a tree copied before ready, e.g. an image's repository into a writable
+                  /testbed) and "path_prefix" (put first on the commands' PATH)}; the agent
+                  answers {"ready": true}
                   then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
-                  "ping", ...}; each gets exactly one answer line ({"error", "kind"} on failure).
+                  "digest"|"ping", ...}; each gets exactly one answer line ({"error", "kind"}
+                  on failure).
+  digest          {"root", "suffix", "skip"} (every regular file under root with that suffix,
+                  no symlink followed, dirs named in skip left out) or {"paths"}; "max_bytes" ->
+                  {"digests": {path relative to root, or as given: sha256 hex | null}}
   exec/python     {"command"|"code", "timeout_s", "cpu_s", "output_bytes"} ->
                   {"exit_code", "stdout", "stderr", "stdout_cut", "stderr_cut", "wall_s",
                    "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted",
@@ -37,7 +43,14 @@ import tarfile
 import time
 
 if "write_new" not in globals():  # on the host; inside, the host sent those files' source first
-    from sandbox.sessions.agent_files import read_regular, untar, write_new
+    from sandbox.sessions.agent_files import (
+        copy_tree,
+        digest,
+        read_regular,
+        untar,
+        walk_files,
+        write_new,
+    )
     from sandbox.sessions.agent_limits import Group, ProcTree, receive_group, stop, strike
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -98,6 +111,8 @@ class Agent:
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
         self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
+        if config.get("path_prefix"):
+            self.env["PATH"] = config["path_prefix"] + ":" + self.env["PATH"]
         group = config.get("cgroup")
         if group is not None and config.get("ctl"):
             group = receive_group(config["ctl"])
@@ -361,7 +376,7 @@ class Agent:
     def start_kernel(self):
         req_r, req_w = os.pipe()
         done_r, done_w = os.pipe()
-        argv = ["/usr/bin/python3", "-q", "-c", self.kernel_source]
+        argv = [sys.executable or "/usr/bin/python3", "-q", "-c", self.kernel_source]
         env = dict(self.env, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         try:
             pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
@@ -440,6 +455,17 @@ class Agent:
         self.drop_kernel()
         return {}
 
+    def op_digest(self, req):
+        limit = int(req["max_bytes"])
+        if "root" in req:
+            root = self.resolve(req["root"])
+            paths = sorted(walk_files(root, req["suffix"], set(req.get("skip", ()))))
+            shown = [os.path.relpath(p, root) for p in paths]
+        else:
+            paths = [self.resolve(p) for p in req["paths"]]
+            shown = list(req["paths"])
+        return {"digests": {name: digest(path, limit) for path, name in zip(paths, shown)}}
+
     def op_ping(self, req):
         return {"pong": True}
 
@@ -497,9 +523,12 @@ def main():
     first = stdin.readline()
     if not first:
         return
-    agent = Agent(json.loads(first))
+    config = json.loads(first)
+    agent = Agent(config)
     os.makedirs(agent.workspace, exist_ok=True)
     os.makedirs(STATE_DIR, exist_ok=True)
+    if config.get("seed"):
+        copy_tree(*config["seed"])
     send({"ready": True})
     try:
         while True:

@@ -7,6 +7,7 @@ symlink for writing, opens a FIFO, or reads more than asked.
 """
 
 import errno
+import hashlib
 import io
 import os
 import stat
@@ -81,3 +82,27 @@ def write_new(path, data, mode):
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def digest(path, limit):
+    """sha256 hex of a regular file of at most `limit` bytes; None for anything else."""
+    try:
+        return hashlib.sha256(read_regular(path, limit, path)).hexdigest()
+    except (OSError, ValueError):
+        return None
+
+
+def walk_files(root, suffix, skip):
+    for dirpath, dirnames, filenames in os.walk(root):  # never follows a symlinked dir
+        dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in filenames:
+            if name.endswith(suffix):
+                yield os.path.join(dirpath, name)
+
+
+def copy_tree(src, dst):
+    """The seed: src's tree into dst (which exists: a tmpfs the session owns), symlinks as
+    symlinks, modes kept; the copies belong to the agent's uid, so the session can edit them."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)

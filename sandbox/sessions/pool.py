@@ -19,16 +19,13 @@ import asyncio
 import atexit
 import base64
 import contextlib
-import io
 import json
 import logging
 import os
 import secrets
 import sys
-import tarfile
 import weakref
 from collections.abc import AsyncIterator, Coroutine
-from pathlib import Path
 from typing import Any
 
 from sandbox.errors import BackendFailure, SandboxError, SandboxUnavailable
@@ -42,6 +39,7 @@ from sandbox.sessions.api import (
     Workspace,
 )
 from sandbox.sessions.backends.base import Handle, SessionBackend
+from sandbox.sessions.files import WorkspaceFiles, file_payload
 
 log = logging.getLogger("sandbox.session")
 SESSION_BACKENDS: tuple[str, ...] = ("auto", "docker", "bubblewrap")
@@ -88,42 +86,6 @@ def build_session_backend(name: str, options: dict[str, Any]) -> SessionBackend:
             name, backend.base.cgroup_note, backend.without_cgroups,
         )  # fmt: skip
     return backend
-
-
-class WorkspaceFiles:
-    """download / upload on top of a workspace's read_file / upload_tar (local and remote)."""
-
-    limits: SessionLimits
-
-    async def read_file(self, path: str, *, max_bytes: int | None = None) -> bytes:
-        raise NotImplementedError
-
-    async def upload_tar(self, blob: bytes, dest: str = ".") -> int:
-        raise NotImplementedError
-
-    async def download(self, path: str, local_path: str | Path | None = None) -> bytes:
-        data = await self.read_file(path)
-        if local_path is not None:
-            Path(local_path).write_bytes(data)
-        return data
-
-    async def upload(self, local_dir: str | Path, dest: str = ".") -> int:
-        root = Path(local_dir)
-        if not root.is_dir():
-            raise NotADirectoryError(f"upload: {root} is not a local directory")
-        blob = await asyncio.to_thread(_tar_tree, root, self.limits.disk_mb << 20)
-        return await self.upload_tar(blob, dest)
-
-
-def file_payload(path: str, data: str | bytes, limits: SessionLimits) -> bytes:
-    """write_file's bytes, refused (ValueError) past SessionLimits.max_file_bytes."""
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    if len(raw) > limits.max_file_bytes:
-        raise ValueError(
-            f"write_file({path!r}): {len(raw)} bytes exceeds "
-            f"SessionLimits.max_file_bytes={limits.max_file_bytes}"
-        )
-    return raw
 
 
 class SandboxSession(WorkspaceFiles):
@@ -283,6 +245,30 @@ class SandboxSession(WorkspaceFiles):
         self._raise_error(reply, dest)
         return int(reply["files"])
 
+    async def digests(
+        self,
+        *,
+        root: str | None = None,
+        suffix: str = "",
+        skip: tuple[str, ...] = (),
+        paths: list[str] | None = None,
+        max_bytes: int | None = None,
+    ) -> dict[str, str | None]:
+        """sha256 of regular files: every `*suffix` file under `root` (no symlink followed, dirs
+        named in `skip` left out; keys relative to root), or the given `paths`. None: missing,
+        unreadable, not a regular file or over max_bytes. Read by the agent, no command runs."""
+        request: dict[str, Any] = {
+            "op": "digest",
+            "max_bytes": max_bytes or self.limits.max_file_bytes,
+        }
+        if root is not None:
+            request.update(root=root, suffix=suffix, skip=list(skip))
+        else:
+            request["paths"] = list(paths or [])
+        reply = await self._call(request, CALL_MARGIN_S + 120)
+        self._raise_error(reply, root or "digest")
+        return {str(k): (str(v) if v else None) for k, v in reply["digests"].items()}
+
     async def usage(self) -> SessionUsage:
         reply = await self._call({"op": "usage"}, CALL_MARGIN_S)
         self._raise_error(reply, "usage")
@@ -302,27 +288,6 @@ class SandboxSession(WorkspaceFiles):
         return self._closed
 
 
-def _tar_tree(root: Path, max_bytes: int) -> bytes:
-    """Regular files and directories under root (symlinks and specials are skipped)."""
-    buf = io.BytesIO()
-    total = 0
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
-            for name in sorted(filenames):
-                path = Path(dirpath) / name
-                if path.is_symlink() or not path.is_file():
-                    continue
-                total += path.stat().st_size
-                if total > max_bytes:
-                    raise ValueError(
-                        f"upload: {root} holds more than the session's disk quota "
-                        f"({max_bytes >> 20} MiB, SessionLimits.disk_mb)"
-                    )
-                tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
-    return buf.getvalue()
-
-
 class SessionPool:
     """Owns one session backend, the live-session cap, and the warm sandboxes."""
 
@@ -334,6 +299,7 @@ class SessionPool:
         warm: int = 0,
         limits: SessionLimits | None = None,
         start_timeout_s: float = 120.0,
+        image: str | None = None,
         **backend_options: Any,
     ) -> None:
         if backend not in SESSION_BACKENDS:
@@ -347,6 +313,7 @@ class SessionPool:
         self.max_sessions, self.warm = max_sessions, warm
         self.limits = limits or SessionLimits()
         self.start_timeout_s = start_timeout_s
+        self.image = image  # the sessions' default image (docker; see session())
         self._options = backend_options
         self._backend: SessionBackend | None = None
         self._sem = asyncio.Semaphore(max_sessions)
@@ -375,13 +342,13 @@ class SessionPool:
                 self.backend_name = self._backend.name
         self._refill()
 
-    async def _new(self, limits: SessionLimits) -> Handle:
+    async def _new(self, limits: SessionLimits, image: str | None = None) -> Handle:
         assert self._backend is not None
         uid = next(u for u in self._uids if u not in self._uids_in_use)
         self._uids_in_use.add(uid)
         name = f"gspo-ses-{os.getpid()}-{secrets.token_hex(4)}"
         try:
-            return await self._backend.start(name, uid, limits, self.start_timeout_s)
+            return await self._backend.start(name, uid, limits, self.start_timeout_s, image)
         except BaseException:
             self._uids_in_use.discard(uid)
             raise
@@ -393,7 +360,7 @@ class SessionPool:
 
     async def _fill_one(self) -> None:
         try:
-            handle = await self._new(self.limits)
+            handle = await self._new(self.limits, self.image)
         except (SandboxError, OSError) as exc:
             if not self._closed:
                 log.warning("session pool: a warm sandbox failed to start: %s", exc)
@@ -407,9 +374,16 @@ class SessionPool:
 
     @contextlib.asynccontextmanager
     async def session(
-        self, limits: SessionLimits | None = None, *, acquire_timeout_s: float | None = None
+        self,
+        limits: SessionLimits | None = None,
+        *,
+        acquire_timeout_s: float | None = None,
+        image: str | None = None,
     ) -> AsyncIterator[SandboxSession]:
-        """One fresh session; waits while `max_sessions` are live; closed on every exit path."""
+        """One fresh session; waits while `max_sessions` are live; closed on every exit path.
+        `image` (docker; default the pool's `image`): start it from that image instead, a
+        published SWE-style one with its repository at /testbed, which the session gets
+        writable (backends/docker.py)."""
         if self._closed:
             raise SessionClosed("the session pool is closed")
         limits = limits or self.limits
@@ -425,7 +399,9 @@ class SessionPool:
         try:
             if self._closed:  # closed while this one waited for a slot: start nothing more
                 raise SessionClosed("the session pool is closed")
-            handle = self._take_warm(limits) or await self._new(limits)
+            image = image or self.image  # warm sandboxes are of the pool's image
+            warm = self._take_warm(limits) if image == self.image else None
+            handle = warm or await self._new(limits, image)
             self._live[handle.name] = handle
             self._refill()
             ws = SandboxSession(self, handle, limits)
@@ -499,12 +475,19 @@ _default_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, S
 
 @contextlib.asynccontextmanager
 async def session(
-    limits: SessionLimits | None = None, *, backend: str = "auto", **pool_options: Any
+    limits: SessionLimits | None = None,
+    *,
+    backend: str = "auto",
+    image: str | None = None,
+    **pool_options: Any,
 ) -> AsyncIterator[SandboxSession]:
     """`async with sandbox.session(SessionLimits(...), backend="docker") as ws:` on a shared
     pool per (event loop, backend, options); close them with `await close_sessions()`.
+    `image`: this session's own image (docker; see SessionPool.session).
     backend="remote" (with urls=[...], token=...) puts the session on a sandbox service."""
     if backend == "remote":  # urls=[...], token=...: a session on a sandbox service
+        if image:
+            raise ValueError("remote sessions cannot start from an image= yet: use backend=docker")
         from sandbox.service.remote import shared_remote
 
         async with shared_remote(pool_options).session(limits) as remote_ws:
@@ -515,7 +498,7 @@ async def session(
     pool = pools.get(key)
     if pool is None or pool._closed:
         pool = pools[key] = SessionPool(backend, **pool_options)
-    async with pool.session(limits) as ws:
+    async with pool.session(limits, image=image) as ws:
         yield ws
 
 

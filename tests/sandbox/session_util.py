@@ -14,7 +14,10 @@ from sbtest_util import processes_of_uids
 from sandbox import SandboxUnavailable, SessionPool
 
 SESSION_BACKENDS = ("docker", "bubblewrap")
+# and docker sessions started from a published-style SWE image (`image=`, /testbed writable)
+HOSTILE_SESSION_BACKENDS = (*SESSION_BACKENDS, "docker+image")
 _unavailable: dict[str, str] = {}
+_images: list[str] = []
 
 
 def _missing(name: str, reason: str) -> None:
@@ -24,10 +27,44 @@ def _missing(name: str, reason: str) -> None:
     pytest.skip(message)
 
 
+def published_test_image() -> str:
+    """A published-style image (a small /testbed, a python env) built once per test process
+    from the sandbox base, removed at exit (tests/envs/swe_image_util.py)."""
+    if not _images:
+        import atexit
+        import secrets
+        import tempfile
+        from pathlib import Path
+
+        from tests.envs.swe_image_util import published_image, remove_images
+
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "pkg").mkdir()
+            Path(tmp, "pkg", "mod.py").write_text("VALUE = 1\n")
+            tag = published_image(Path(tmp), f"gspo-test-published:{secrets.token_hex(4)}")
+        _images.append(tag)
+
+        def remove() -> None:
+            from sandbox.sessions.images import _prepared
+
+            remove_images(*[p.tag for p in _prepared.values() if p.source == tag], tag)
+
+        atexit.register(remove)
+    return _images[0]
+
+
 async def started_pool(name: str, **options: object) -> SessionPool:
-    """A started SessionPool on `name`; fail (CI) or skip (elsewhere) when it cannot run here."""
+    """A started SessionPool on `name`; fail (CI) or skip (elsewhere) when it cannot run here.
+    "docker+image": docker sessions from published_test_image()."""
     if name in _unavailable:
         _missing(name, _unavailable[name])
+    if name == "docker+image":
+        try:
+            options["image"] = published_test_image()
+        except (OSError, subprocess.CalledProcessError, SandboxUnavailable) as exc:
+            _unavailable[name] = f"cannot build a published-style image: {exc}"
+            _missing(name, _unavailable[name])
+        name = "docker"
     pool = SessionPool(name, **options)  # type: ignore[arg-type]
     try:
         await pool.start()

@@ -1,6 +1,7 @@
-"""Hostile code inside a session cannot escape (docker and bubblewrap, real engines): no network,
-no host files, no host environment, no privileges, cannot kill or take over the agent, cannot
-reach the host's processes. Each test also checks that the session still works afterwards."""
+"""Hostile code inside a session cannot escape (docker and bubblewrap, real engines; and docker
+sessions started from a published-style SWE image with a writable /testbed): no network, no host
+files, no host environment, no privileges, cannot kill or take over the agent, cannot reach the
+host's processes. Each test also checks that the session still works afterwards."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from session_util import pool, session_backend  # noqa: F401 - fixtures
+from session_util import HOSTILE_SESSION_BACKENDS, pool  # noqa: F401 - fixtures
 
 from sandbox import SessionPool
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=HOSTILE_SESSION_BACKENDS)
+def session_backend(request: pytest.FixtureRequest) -> str:  # the `pool` fixture's backends
+    return str(request.param)
 
 
 @pytest.fixture

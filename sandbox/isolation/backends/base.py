@@ -65,10 +65,21 @@ class RunnerOutput:
     diagnostics: str = ""  # stderr of the backend process, for SE messages
 
 
+_UID_BLOCKS_TAKEN: set[int] = set()  # blocks this process handed out: pools never share a uid
+
+
 def allocate_uids(count: int) -> list[int]:
-    """Random high uids, unlikely to collide with real users or other sandboxes on the host."""
-    base = 200_000 + secrets.randbelow(3_000) * 1_000
-    return [base + i for i in range(count)]
+    """Random high uids, unlikely to collide with real users or other sandboxes on the host, and
+    never with another pool or backend of this process (per-uid limits such as RLIMIT_NPROC
+    would be shared): each call takes its own blocks of 1000."""
+    blocks = max(1, -(-count // 1_000))
+    for _ in range(10_000):
+        first = secrets.randbelow(3_000 - blocks + 1)
+        wanted = set(range(first, first + blocks))
+        if not wanted & _UID_BLOCKS_TAKEN:
+            _UID_BLOCKS_TAKEN.update(wanted)
+            return [200_000 + first * 1_000 + i for i in range(count)]
+    raise RuntimeError("no free uid block left for another sandbox pool in this process")
 
 
 async def drive(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import BackendFailure
+from sandbox.errors import BackendFailure, SandboxUnavailable
 from sandbox.isolation import cgroups as cgroups_mod
 from sandbox.isolation.backends.base import STREAM_LIMIT, Backend, stop_process
 from sandbox.isolation.backends.docker import _close_ctl, _send_groups
@@ -67,29 +67,57 @@ class SessionBackend(ABC):
 
     @abstractmethod
     def command(
-        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+        self,
+        name: str,
+        uid: int,
+        limits: SessionLimits,
+        ctl_dir: str | None,
+        image: str | None = None,
     ) -> tuple[list[str], str | None]:
         """The host command that starts the agent in a fresh sandbox, and the docker host.
-        `ctl_dir`: the host dir of the socket `open_ctl` made, to be mounted at CTL_PATH."""
+        `ctl_dir`: the host dir of the socket `open_ctl` made, to be mounted at CTL_PATH;
+        `image`: the session's own image (prepared by `prepare`), None for the default."""
+
+    async def prepare(self, image: str | None) -> None:
+        """Make `image` ready to start sessions from (docker); other backends refuse it."""
+        if image:
+            raise SandboxUnavailable(
+                f"{self.name} sessions cannot start from the docker image {image!r} (they run on "
+                "the sandbox's own root filesystem): use backend=docker"
+            )
+
+    def extra_memory_mb(self, image: str | None) -> int:
+        """Memory the session's tree may hold beyond SessionLimits.tree_memory_mb (a tmpfs the
+        backend fills before the session starts, e.g. an image's /testbed)."""
+        return 0
+
+    def agent_config(self, host: str | None, image: str | None) -> dict[str, Any]:
+        """Extra fields of the agent's first line (`seed`: [from, to] to copy before ready;
+        `path_prefix`: a directory put first on the PATH of the session's commands)."""
+        return {}
 
     def open_ctl(self) -> tuple[socket.socket, str] | None:
         """A unix socket to send the cgroup fds over (docker); None: the agent inherits them."""
         return None
 
-    def session_groups(self, name: str, limits: SessionLimits) -> cgroups_mod.SlotGroups | None:
+    def session_groups(
+        self, name: str, limits: SessionLimits, extra_mb: int = 0
+    ) -> cgroups_mod.SlotGroups | None:
         """The session's cgroup with its limits written, or None where there are no cgroups."""
         if self.base.hierarchy is None:
             return None
         groups = None
         try:
             groups = cgroups_mod.SlotGroups.create(self.base.hierarchy, name, (PHASE,))
-            groups.set_limits(PHASE, limits.tree_memory_mb() << 20, limits.processes)
+            memory = limits.tree_memory_mb() + extra_mb
+            groups.set_limits(PHASE, memory << 20, limits.processes)
         except OSError as exc:
             if groups is not None:
                 groups.close()
             raise BackendFailure(f"{self.name}: cannot create the session's cgroup: {exc}") from exc
         return groups
 
+<<<<<<< HEAD
     async def _new_groups(self, name: str, limits: SessionLimits) -> cgroups_mod.SlotGroups | None:
         """session_groups in a thread. The thread runs on when the caller is cancelled: the
         groups it makes are then removed (before the cancellation goes on), not dropped with
@@ -104,10 +132,18 @@ class SessionBackend(ABC):
 
     async def start(self, name: str, uid: int, limits: SessionLimits, timeout_s: float) -> Handle:
         groups = await self._new_groups(name, limits)
+=======
+    async def start(
+        self, name: str, uid: int, limits: SessionLimits, timeout_s: float, image: str | None = None
+    ) -> Handle:
+        await self.prepare(image)
+        extra_mb = self.extra_memory_mb(image)
+        groups = await asyncio.to_thread(self.session_groups, name, limits, extra_mb)
+>>>>>>> s24img
         ctl = None
         try:
             ctl = self.open_ctl() if groups is not None else None
-            argv, host = self.command(name, uid, limits, ctl[1] if ctl else None)
+            argv, host = self.command(name, uid, limits, ctl[1] if ctl else None, image)
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -128,7 +164,7 @@ class SessionBackend(ABC):
         handle = Handle(name, uid, proc, limits.start_shape(), host, groups=groups)
         self.registered(handle)
         try:
-            ok = await self._handshake(handle, limits, ctl, timeout_s)
+            ok = await self._handshake(handle, limits, ctl, timeout_s, image)
         except BaseException:  # cancelled (pool closing): tear it down, let it through
             await asyncio.shield(self.destroy(handle))
             raise
@@ -145,6 +181,7 @@ class SessionBackend(ABC):
         limits: SessionLimits,
         ctl: tuple[socket.socket, str] | None,
         timeout_s: float,
+        image: str | None = None,
     ) -> bool:
         """Send the agent its config (and the cgroup fds), wait for its ready line."""
         proc, groups = handle.proc, handle.groups
@@ -158,6 +195,7 @@ class SessionBackend(ABC):
             },
             "cgroup": groups.groups[PHASE] if groups is not None else None,
             "ctl": CTL_PATH if ctl is not None else None,
+            **self.agent_config(handle.host, image),
         }
         try:
             assert proc.stdin is not None and proc.stdout is not None

@@ -88,7 +88,12 @@ class BubblewrapSessionBackend(SessionBackend):
         return out
 
     def command(
-        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+        self,
+        name: str,
+        uid: int,
+        limits: SessionLimits,
+        ctl_dir: str | None,
+        image: str | None = None,
     ) -> tuple[list[str], str | None]:
         shaped = BubblewrapBackend(1, tmpfs_mb=limits.tmp_mb, rootfs=self.base.rootfs)
         prefix = shaped._prefix(uid)

@@ -9,6 +9,13 @@ at /run/gspo-ctl, as the runner's do), which caps their memory and number togeth
 their CPU; the container's own limits (memory + both tmpfs, pids) then bound the agent and what
 it writes. Remote engines have only the container's limits, which cover the whole tree too.
 
+A session's own `image` (`pool.session(limits, image=...)`) is another image, a published
+SWE-style one with its repository at /testbed (sandbox/sessions/images.py prepares it once): the same flags, plus a size-capped
+/testbed tmpfs owned by the session's uid that the agent fills with the image's tree before it
+reports ready (the tree's size + disk_mb; the memory caps grow by the tree's size), the image's
+own python3 (3.9+) as the agent, and the PATH starting at the python that has the repository's
+dependencies.
+
 Cleanup: closing the session closes the agent's stdin (the agent kills everything and exits,
 and --rm removes the container) and then `docker rm -f`s it anyway. A trainer killed by SIGKILL
 leaves the agent waiting on stdin that is now closed, so it exits by itself; a container whose
@@ -17,6 +24,7 @@ agent was busy is removed at the next start by DockerBackend.reap_stale (dead ow
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import socket
 import subprocess
@@ -31,6 +39,7 @@ from sandbox.sessions.backends.base import (
     SessionBackend,
     close_agent,
 )
+from sandbox.sessions.images import SEED_DIR, TESTBED, PreparedImage, prepare_image
 
 PIDS_MARGIN = 4  # the agent, the kernel, bash
 
@@ -49,6 +58,7 @@ class DockerSessionBackend(SessionBackend):
         cgroup_parent: str | None = "auto",
         cgroups: bool = True,
     ) -> None:
+        self.prepared: dict[tuple[str | None, str], PreparedImage] = {}  # (host, image)
         self.base = DockerBackend(
             1,
             image_tag=image_tag,
@@ -64,21 +74,57 @@ class DockerSessionBackend(SessionBackend):
     def check(self) -> None:
         self.base.check()  # engine, image on every host, cgroup parent, reap dead owners
 
+    async def prepare(self, image: str | None) -> None:
+        for host in self.base.hosts if image else ():
+            if (host, image) not in self.prepared:
+                assert image is not None
+                prepared = await asyncio.to_thread(prepare_image, image, host)
+                self.prepared[host, image] = prepared
+
+    def extra_memory_mb(self, image: str | None) -> int:
+        sizes = [p.testbed_mb for (_, name), p in self.prepared.items() if name == image]
+        return max(sizes, default=0) if image else 0
+
+    def agent_config(self, host: str | None, image: str | None) -> dict[str, object]:
+        if not image:
+            return {}
+        prepared = self.prepared[host, image]
+        return {"seed": [SEED_DIR, TESTBED], "path_prefix": prepared.bin_dir}
+
     def open_ctl(self) -> tuple[socket.socket, str]:
         return _ctl_listener()
 
     def command(
-        self, name: str, uid: int, limits: SessionLimits, ctl_dir: str | None
+        self,
+        name: str,
+        uid: int,
+        limits: SessionLimits,
+        ctl_dir: str | None,
+        image: str | None = None,
     ) -> tuple[list[str], str | None]:
         host = self.base.hosts[self._next_host % len(self.base.hosts)]
         self._next_host += 1
         shaped = copy.copy(self.base)  # the runner backend's flags, sized for this session
-        shaped.memory_mb = limits.tree_memory_mb()
+        shaped.memory_mb = limits.tree_memory_mb() + self.extra_memory_mb(image)
         shaped.pids_limit = limits.processes + PIDS_MARGIN
         shaped.tmpfs_mb = limits.tmp_mb
+        prepared = self.prepared[host, image] if image else None
+        agent: list[str] = list(AGENT_ARGV)
+        extra_image: list[str] = []
+        if prepared is not None:
+            shaped.image = prepared.tag
+            agent = agent[1:]  # the interpreter is the entrypoint
+            extra_image = [
+                "--tmpfs",
+                f"{TESTBED}:rw,exec,nosuid,nodev,size={prepared.testbed_mb + limits.disk_mb}m,"
+                f"uid={uid},gid={uid},mode=0755",
+                "--entrypoint",
+                prepared.agent_python,
+            ]
         argv = shaped._run_argv(name, uid, ctl_dir)  # the runner's command after the image goes
         at = len(argv) - 1 - argv[::-1].index(shaped.image)  # the image; the command follows
         extra = [
+            *extra_image,
             "--label",
             SESSION_LABEL,
             "--tmpfs",
@@ -87,7 +133,7 @@ class DockerSessionBackend(SessionBackend):
             "--workdir",
             WORKSPACE,
         ]
-        return [*self.base._cli(host), *argv[:at], *extra, shaped.image, *AGENT_ARGV], host
+        return [*self.base._cli(host), *argv[:at], *extra, shaped.image, *agent], host
 
     def registered(self, handle: Handle) -> None:
         self._live[handle.name] = handle
