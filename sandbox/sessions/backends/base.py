@@ -117,12 +117,15 @@ class SessionBackend(ABC):
             raise BackendFailure(f"{self.name}: cannot create the session's cgroup: {exc}") from exc
         return groups
 
-<<<<<<< HEAD
-    async def _new_groups(self, name: str, limits: SessionLimits) -> cgroups_mod.SlotGroups | None:
+    async def _new_groups(
+        self, name: str, limits: SessionLimits, extra_mb: int
+    ) -> cgroups_mod.SlotGroups | None:
         """session_groups in a thread. The thread runs on when the caller is cancelled: the
         groups it makes are then removed (before the cancellation goes on), not dropped with
         the lost result."""
-        making = asyncio.ensure_future(asyncio.to_thread(self.session_groups, name, limits))
+        making = asyncio.ensure_future(
+            asyncio.to_thread(self.session_groups, name, limits, extra_mb)
+        )
         try:
             return await asyncio.shield(making)
         except asyncio.CancelledError:
@@ -130,16 +133,11 @@ class SessionBackend(ABC):
             await asyncio.wait([making])
             raise
 
-    async def start(self, name: str, uid: int, limits: SessionLimits, timeout_s: float) -> Handle:
-        groups = await self._new_groups(name, limits)
-=======
     async def start(
         self, name: str, uid: int, limits: SessionLimits, timeout_s: float, image: str | None = None
     ) -> Handle:
         await self.prepare(image)
-        extra_mb = self.extra_memory_mb(image)
-        groups = await asyncio.to_thread(self.session_groups, name, limits, extra_mb)
->>>>>>> s24img
+        groups = await self._new_groups(name, limits, self.extra_memory_mb(image))
         ctl = None
         try:
             ctl = self.open_ctl() if groups is not None else None
