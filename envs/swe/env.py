@@ -265,25 +265,10 @@ class SWEEnv(ToolEnv):
         self._history.setdefault(full, []).append(old)
 
     async def _read(self, path: str) -> str:
-        from sandbox import SandboxError
-
-        try:
-            data = await self.session.require().read_file(path)
-        except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError) as exc:
-            raise ToolError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
-        return data.decode("utf-8", errors="replace")
+        return await self.session.read_text(path)
 
     async def _write(self, path: str, content: str) -> None:
-        from sandbox import SandboxError
-
-        try:
-            await self.session.require().write_file(path, content)
-        except (IsADirectoryError, ValueError, OSError) as exc:
-            raise ToolError(f"cannot write {path}: {type(exc).__name__}: {exc}") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
+        await self.session.write_text(path, content)
 
     # -- reward ---------------------------------------------------------------------------------
     async def final_reward(self, text: str | None) -> float:
