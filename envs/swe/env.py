@@ -317,6 +317,14 @@ class SWEEnv(ToolEnv):
             "budget_exhausted": self.session.budget_exhausted,
         }
 
+    def _info(self, reward: float, end: str | None) -> dict[str, Any]:
+        info = super()._info(reward, end)
+        if end is not None:  # per-step means in metrics.jsonl (rollout/env/resolved, ...)
+            for key in ("resolved", "tests_pass_frac"):
+                info["env_metrics"][key] = float(self._last.get(key, 0.0))
+            info["env_metrics"]["submitted"] = float(self._submitted)
+        return info
+
 
 def task_row(inst: Instance) -> dict[str, Any]:
     """A task row for the trainer: the instance's fields (JSON-able) plus `id`."""
