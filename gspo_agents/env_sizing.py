@@ -12,7 +12,8 @@ an env that declares nothing is told, once, which sizing it inherits. Before any
 `fit_to_prompts` raises the context and new-token budgets of such an env to fit its own prompts
 and reference answers (`measure_prompts`), and rejects, in one line naming the numbers and the
 override, a context that was set (explicitly, by the class or by a built-in env's group) too
-short for the prompts.
+short for the prompts; a new-token budget set shorter than the longest reference turn is named in
+a note (the policy could not produce the turns its cold start trains on).
 """
 
 from __future__ import annotations
@@ -129,6 +130,14 @@ def fit_to_prompts(cfg: DictConfig, lengths: PromptLengths, explicit: set[str]) 
             f"note: {cfg.env.name}'s prompts are up to {lengths.prompt} tokens, its reference "
             f"answers up to {lengths.reference}, {lengths.turns} turn(s): using "
             f"{', '.join(notes)}; set them explicitly (or declare default_sizing) to choose",
+            file=sys.stderr,
+        )
+    if lengths.reference + 1 > r.max_new_tokens_per_turn:  # + the end-of-turn token
+        print(
+            f"note: {cfg.env.name}'s reference turns are up to {lengths.reference} tokens (+1 to "
+            f"end the turn) but {key_new}={r.max_new_tokens_per_turn}: the cold start trains on "
+            "whole turns that the policy's generations would cut; set "
+            f"{key_new}={_round_up(lengths.reference + 8, 16)} to let it produce them",
             file=sys.stderr,
         )
     if lengths.prompt >= r.max_context_tokens:

@@ -70,6 +70,17 @@ def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: in
     return examples
 
 
+def describe_examples(examples, num_tasks: int) -> str:
+    """One console line: how many examples, and their longest turn and sequence in tokens (every
+    example is a whole turn: nothing is cut, so a long one shows here, not as a silent loss)."""
+    answer = max(len(a) for _, a in examples)
+    total = max(len(p) + len(a) for p, a in examples)
+    return (
+        f"cold start: {len(examples)} examples from {num_tasks} tasks, whole turns (the longest "
+        f"{answer} tokens, prompt and turn up to {total} tokens)"
+    )
+
+
 def _batch(examples, pad_id: int):
     length = max(len(p) + len(a) for p, a in examples)
     ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
@@ -176,6 +187,7 @@ def ensure_cold_start(
     tasks = env.load_tasks(train_split)
     random.Random(seed).shuffle(tasks)
     examples = build_examples(env, tokenizer, tasks, sft_cfg["max_examples"])
+    log(describe_examples(examples, len(tasks[: sft_cfg["max_examples"]])))
     train_sft(
         model,
         examples,

@@ -97,8 +97,13 @@ def test_a_context_given_explicitly_is_kept_or_rejected_in_one_line_naming_the_f
     assert fit_to_prompts(cfg, fits, explicit_keys(overrides)).rollout.max_context_tokens == 256
 
 
-def test_a_built_in_env_keeps_its_groups_sizing():
+def test_a_built_in_env_keeps_its_groups_sizing_and_is_told_when_references_do_not_fit(capsys):
     from gspo_agents.env_sizing import PromptLengths, fit_to_prompts
 
     fitted = fit_to_prompts(config(), PromptLengths(prompt=30, reference=40, turns=1), set())
     assert fitted.rollout.max_new_tokens_per_turn == 16  # configs/env/arithmetic.yaml's choice
+    err = capsys.readouterr().err
+    assert "reference turns are up to 40 tokens" in err
+    assert "rollout.max_new_tokens_per_turn=16" in err and "=48 to let it" in err
+    fit_to_prompts(config(), PromptLengths(prompt=30, reference=15, turns=1), set())
+    assert "reference turns" not in capsys.readouterr().err  # 15 + the end-of-turn token fit

@@ -82,3 +82,13 @@ def test_an_env_without_reference_responses_starts_from_the_base_model_with_a_no
     err = capsys.readouterr().err
     assert "note: NoReference gives no reference_response, so there is no cold start" in err
     assert "trainer.sft.enabled=false" in err and "cold start: SFT on" in err  # it tried
+
+
+def test_the_console_line_names_the_longest_whole_turn():
+    from gspo_agents.sft import describe_examples
+
+    line = describe_examples([([1] * 600, [2] * 31), ([1] * 900, [2] * 572)], num_tasks=1)
+    assert line == (
+        "cold start: 2 examples from 1 tasks, whole turns (the longest 572 tokens, prompt and "
+        "turn up to 1472 tokens)"
+    )

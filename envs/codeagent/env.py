@@ -232,25 +232,10 @@ class CodeAgentEnv(ToolEnv):
         return "submitted"
 
     async def _read(self, path: str) -> str:
-        from sandbox import SandboxError
-
-        try:
-            data = await self._session().read_file(_in_repo(path))
-        except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError) as exc:
-            raise ToolError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
-        return data.decode("utf-8", errors="replace")
+        return await self.session.read_text(_in_repo(path), shown=path)
 
     async def _write(self, path: str, content: str) -> None:
-        from sandbox import SandboxError
-
-        try:
-            await self._session().write_file(_in_repo(path), content)
-        except (IsADirectoryError, ValueError, PermissionError, OSError) as exc:
-            raise ToolError(f"cannot write {path}: {type(exc).__name__}: {exc}") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
+        await self.session.write_text(_in_repo(path), content, shown=path)
 
     # -- reward ---------------------------------------------------------------------------------
     async def final_reward(self, text: str | None) -> float:

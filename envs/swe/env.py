@@ -338,25 +338,10 @@ class SWEEnv(ToolEnv):
         return ImageTree(inst.image, before, edits, after), notes
 
     async def _read(self, path: str) -> str:
-        from sandbox import SandboxError
-
-        try:
-            data = await self.session.require().read_file(path)
-        except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError) as exc:
-            raise ToolError(f"cannot read {path}: {type(exc).__name__}: {exc}") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
-        return data.decode("utf-8", errors="replace")
+        return await self.session.read_text(path)
 
     async def _write(self, path: str, content: str) -> None:
-        from sandbox import SandboxError
-
-        try:
-            await self.session.require().write_file(path, content)
-        except (IsADirectoryError, ValueError, OSError) as exc:
-            raise ToolError(f"cannot write {path}: {type(exc).__name__}: {exc}") from exc
-        except SandboxError as exc:
-            raise InfraError(f"sandbox session failed: {exc}") from exc
+        await self.session.write_text(path, content)
 
     # -- reward ---------------------------------------------------------------------------------
     async def final_reward(self, text: str | None) -> float:
@@ -405,6 +390,14 @@ class SWEEnv(ToolEnv):
             "grade_reason": self._last.get("grade_reason", "not graded"),
             "budget_exhausted": self.session.budget_exhausted,
         }
+
+    def _info(self, reward: float, end: str | None) -> dict[str, Any]:
+        info = super()._info(reward, end)
+        if end is not None:  # per-step means in metrics.jsonl (rollout/env/resolved, ...)
+            for key in ("resolved", "tests_pass_frac"):
+                info["env_metrics"][key] = float(self._last.get(key, 0.0))
+            info["env_metrics"]["submitted"] = float(self._submitted)
+        return info
 
 
 def task_row(inst: Instance) -> dict[str, Any]:

@@ -3,12 +3,15 @@
     self.session = EpisodeSession(backend="bubblewrap", max_sessions=32)
     ws = await self.session.open(SessionLimits(cpu_s=60))   # in on_start
     out = await self.session.call("exec", "ls", timeout_s=5, on_budget_spent=self.end_episode)
+    text = await self.session.read_text("/workspace/repo/a.py")  # a tool's file access
     await self.session.close()                              # in on_close (idempotent)
 
 The session comes from `sandbox.session(...)` (a shared pool per event loop and backend, with a
 cap on live sessions and backpressure). A session that cannot start or breaks raises InfraError:
 the trajectory is an error, never a reward of 0. A spent session budget is the model's doing: the
 call fails with a ToolError the model sees, the env ends the episode, `budget_exhausted` is set.
+A file a tool cannot read or write (missing, a directory, no permission) is the model's doing too:
+a ToolError naming the file.
 """
 
 from __future__ import annotations
@@ -75,6 +78,31 @@ class EpisodeSession:
             self.budget_exhausted = True
             on_budget_spent()
         return result.render() or "(no output)"
+
+    async def read_text(self, path: str, *, shown: str | None = None) -> str:
+        """The file at `path` in the session as text (undecodable bytes replaced). A file that
+        cannot be read is a ToolError naming `shown` (default `path`), the name the model used."""
+        from sandbox import SandboxError
+
+        try:
+            data = await self.require().read_file(path)
+        except (FileNotFoundError, IsADirectoryError, ValueError, PermissionError) as exc:
+            raise ToolError(f"cannot read {shown or path}: {type(exc).__name__}: {exc}") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
+        return data.decode("utf-8", errors="replace")
+
+    async def write_text(self, path: str, content: str, *, shown: str | None = None) -> None:
+        """Write `content` to `path` in the session; a file that cannot be written (a
+        directory, no permission, a full disk) is a ToolError naming `shown` (default `path`)."""
+        from sandbox import SandboxError
+
+        try:
+            await self.require().write_file(path, content)
+        except (IsADirectoryError, ValueError, OSError) as exc:
+            raise ToolError(f"cannot write {shown or path}: {type(exc).__name__}: {exc}") from exc
+        except SandboxError as exc:
+            raise InfraError(f"sandbox session failed: {exc}") from exc
 
     def require(self) -> Any:
         if self.ws is None:

@@ -58,6 +58,8 @@ def test_reference_turns_explore_reproduce_fix_test_and_resolve(iid):
     assert re.search(r"\d+ passed", after) and "failed" not in after, after
     assert reward == 1.0 and info["resolved"], info
     assert info["env_metrics"]["tool_errors"] == 0, info
+    metrics = info["env_metrics"]  # what metrics.jsonl averages per step (rollout/env/...)
+    assert metrics["resolved"] == metrics["tests_pass_frac"] == metrics["submitted"] == 1.0
 
 
 def test_references_fit_the_tools_and_turns_offered():
