@@ -265,8 +265,9 @@ class ToolEnv(TextEnv):
         if self._sync_loop is None:  # never stepped through `step`: nothing of ours is open
             return
         try:
-            if self._sync_started:
-                self._run_sync(self.aclose())
+            # also after a reset ended the episode: aclose closes what the env owns (CodeAgent's
+            # grading sandbox), whose processes would otherwise outlive this loop
+            self._run_sync(self.aclose())
             from sandbox.sessions import close_sessions  # the pools made on this env's loop
 
             self._run_sync(close_sessions())

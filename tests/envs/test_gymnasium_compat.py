@@ -84,3 +84,27 @@ def test_a_tool_env_driven_by_plain_step_keeps_its_session_across_turns_and_clos
     loop = env._sync_loop
     env.close()
     assert loop.is_closed() and loop not in sandbox.sessions.pool._default_pools
+
+
+def test_closing_a_stepped_env_closes_the_grading_sandbox_it_made(monkeypatch):
+    """CodeAgent-v0 without a shared sandbox makes its own to grade in; a plain `close` after a
+    `reset` (no episode open) still closes it, before its loop goes (else its warm runner
+    process outlives the loop: "Event loop is closed" at exit)."""
+    from sandbox import Sandbox
+
+    closed = []
+    real = Sandbox.aclose
+
+    async def counting(self):
+        closed.append(self)
+        await real(self)
+
+    monkeypatch.setattr(Sandbox, "aclose", counting)
+    env = envs.make("gspo/CodeAgent-v0")
+    env.reset(seed=0)
+    *_, terminated, _, info = env.step(call("submit"))  # graded: the env makes its sandbox
+    assert terminated and env.unwrapped._sandbox is not None, info
+    judge = env.unwrapped._sandbox
+    env.reset(seed=1)  # ends the episode's session, not the env
+    env.close()
+    assert closed == [judge] and env.unwrapped._sandbox is None
