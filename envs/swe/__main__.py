@@ -1,5 +1,6 @@
 """`python -m envs.swe validate PATH`: gold-validate an instance file (see envs/swe/validate.py).
-`python -m envs.swe prebuild PATH`: make the images its instances run in (envs/swe/images.py)."""
+`python -m envs.swe prebuild PATH`: make the images its instances run in (envs/swe/images.py).
+`python -m envs.swe agents PATH`: play scripted agents through the tools (envs/swe/agents.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import asyncio
 import sys
 
+from envs.swe.agents import AGENTS, play, summary
 from envs.swe.instances import load_instances
 from envs.swe.validate import table, validate
 
@@ -25,6 +27,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("--only", nargs="*", default=None, help="instance ids to validate")
     check.add_argument("--concurrency", type=int, default=2)
+    agents = sub.add_parser(
+        "agents",
+        help="oracle/null/stub agents through the tools (exit 1 "
+        "unless only the oracle resolves, on every instance)",
+    )
+    agents.add_argument("path", help="a JSONL file of instances")
+    agents.add_argument("--backend", default="auto", choices=["auto", "docker", "bubblewrap"])
+    agents.add_argument("--images", default="auto", choices=["auto", "local", "off"])
+    agents.add_argument("--only", nargs="*", default=None, help="instance ids to play")
+    agents.add_argument("--concurrency", type=int, default=2)
+    agents.add_argument(
+        "--agents",
+        default=",".join(AGENTS),
+        type=_agent_list,
+        help=f"comma-separated, of {', '.join(AGENTS)}",
+    )
     build = sub.add_parser("prebuild", help="pull/prepare or build every image the file needs")
     build.add_argument("path", help="a JSONL file of instances")
     build.add_argument("--images", default="auto", choices=["auto", "local"])
@@ -37,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--only: no instance {unknown} in {args.path}")
         instances = [i for i in instances if i.instance_id in set(args.only)]
+    if args.command == "agents":
+        return asyncio.run(_agents(instances, args))
     results = asyncio.run(_run(instances, args.backend, args.concurrency, args.images))
     print(table(results))
     return 0 if all(r.ok for r in results) else 1
@@ -62,6 +82,39 @@ async def _run(instances, backend, concurrency, images):
         return await validate(instances, backend=backend, concurrency=concurrency, images=images)
     finally:
         await sandbox.close_sessions()
+
+
+def _agent_list(text: str) -> list[str]:
+    import difflib
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names or [""]:
+        if name not in AGENTS:
+            close = difflib.get_close_matches(name, AGENTS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise argparse.ArgumentTypeError(
+                f"unknown agent {name!r}{hint}; choose from {', '.join(AGENTS)}"
+            )
+    return names
+
+
+async def _agents(instances, args) -> int:
+    import sandbox
+
+    try:
+        plays = await play(
+            instances,
+            args.agents,
+            path=args.path,
+            backend=args.backend,
+            concurrency=args.concurrency,
+            images=args.images,
+        )
+    finally:
+        await sandbox.close_sessions()
+    text, ok = summary(plays, args.agents)
+    print(text)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
