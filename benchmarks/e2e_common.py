@@ -59,6 +59,11 @@ def our_overrides(args, run_dir: str, *, async_rollouts: bool = False) -> list[s
         f"trainer.lr={args.lr}",
         f"trainer.seed={args.seed}",
         f"trainer.async_rollouts={str(async_rollouts).lower()}",
+        # A benchmark measures the work of a step, not learning: a step whose groups have no
+        # reward spread still generates, judges and updates (nothing is filtered), so the
+        # run's stop after 3 such steps in a row (which cost every row of a run that had them)
+        # is off here.
+        "trainer.max_failed_steps=0",
         f"trainer.run_dir={run_dir}",
         f"rollout.num_samples_per_task={args.group_size}",
         f"rollout.max_new_tokens_per_turn={args.max_new_tokens}",

@@ -225,7 +225,7 @@ def wanted_kinds(args) -> list[str]:
 
 
 def run_env(
-    args, kinds: list[str], progress: BenchProgress
+    args, kinds: list[str], progress: BenchProgress, failed: list[str]
 ) -> tuple[list[dict], dict[str, list[dict]]]:
     args.model = args.model or resolve_model(args)  # one-time setup, outside timed intervals
     runs: dict[str, list[dict]] = {k: [] for k in kinds}
@@ -236,6 +236,8 @@ def run_env(
             row = run_worker(kind, args)
             if row is not None:
                 runs[kind].append(row)
+            else:
+                failed.append(f"{args.env}/{kind} round {r + 1}")
             progress.tick()
     sides = []
     for rows in runs.values():
@@ -290,10 +292,10 @@ def main(argv=None) -> None:
         return
     kinds = wanted_kinds(args)
     per_env = {env: for_env(args, env) for env in args.env}
-    sides, runs = [], {}
+    sides, runs, failed = [], {}, []
     progress = BenchProgress("end_to_end, runs", len(per_env) * args.rounds * len(kinds))
     for env, a in per_env.items():
-        env_sides, env_runs = run_env(a, kinds, progress)
+        env_sides, env_runs = run_env(a, kinds, progress, failed)
         sides += env_sides
         runs[env] = env_runs
     ratios = report(args, per_env, sides)
@@ -305,6 +307,8 @@ def main(argv=None) -> None:
             "ratio_steps_per_min_over_trl": ratios,
         }
         Path(args.json).write_text(json.dumps(out, indent=2))
+    if failed:  # a row missing from the table is a failed benchmark, not a shorter table
+        sys.exit(f"error: {len(failed)} run(s) failed (output above): {', '.join(failed)}")
 
 
 def run_one_worker(args) -> None:

@@ -4,7 +4,15 @@
 
 Workload: `--tests` tests of a correct A+B in Python and in C++, grouped into submissions of
 `--per-submission` tests (as an RL step judges many submissions of a few dozen tests each), with
-`--concurrency` submissions in flight. Every row compiles the C++ once per submission.
+`--concurrency` submissions in flight. Languages:
+  python       the A+B in Python
+  cpp          the A+B in C++, a distinct source per submission (a comment with a run nonce and
+               the submission's number), so every row compiles once per submission: our
+               backends' compile cache (sandbox/judging/compile_cache.py) never hits
+  cpp-cached   one C++ source for every submission, as an RL step that resubmits an identical
+               program: our backends hit the compile cache (filled in the untimed warm-up) and
+               run the cached binary; docker-run and unsandboxed still compile each time, so
+               this row's ratios measure the cache, not the isolation
   docker-run   the naive baseline: one `docker run --rm` per test (and per compile), one at a
                time (`--baseline-concurrency`, default 1; the row "docker-run xN" repeats it
                with N in flight, N = --concurrency, for reference)
@@ -25,11 +33,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -41,7 +51,18 @@ from sandbox.isolation import image
 
 PY_SRC = "a, b = map(int, input().split())\nprint(a + b)\n"
 CPP_SRC = '#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}\n'
-SOURCES = {"python": PY_SRC, "cpp": CPP_SRC}
+LANGS = ("python", "cpp", "cpp-cached")
+RUN_NONCE = uuid.uuid4().hex  # unique sources must not hit a disk cache left by an earlier run
+_submissions = itertools.count()
+
+
+def source(lang: str) -> tuple[str, str]:
+    """(language, source) of one submission: see the module docstring for the three languages."""
+    if lang == "python":
+        return "python", PY_SRC
+    if lang == "cpp-cached":
+        return "cpp", CPP_SRC
+    return "cpp", CPP_SRC + f"// run {RUN_NONCE} submission {next(_submissions)}\n"
 # The floor runs the interpreter directly (a pyenv shim would add a shell script per test).
 FLOOR_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -80,7 +101,8 @@ async def sh(*argv: str, stdin: str = "", cwd: Path | None = None) -> tuple[int,
 # ---- rows -----------------------------------------------------------------------------------
 async def via_sandbox(sb: Sandbox, lang: str, subs: list[list[TestCase]], conc: int) -> int:
     async def submit(tests: list[TestCase]) -> int:
-        return (await sb.run(Program(lang, SOURCES[lang]), tests)).passed  # type: ignore[arg-type]
+        language, text = source(lang)
+        return (await sb.run(Program(language, text), tests)).passed  # type: ignore[arg-type]
 
     return await bounded([lambda t=t: submit(t) for t in subs], conc)
 
@@ -98,11 +120,12 @@ async def via_subprocess(
         sub = workdir / f"s{index}"
         sub.mkdir()
         os.chmod(sub, 0o777)
-        if lang == "python":
-            (sub / "main.py").write_text(PY_SRC)
+        language, text = source(lang)
+        if language == "python":
+            (sub / "main.py").write_text(text)
             argv = [FLOOR_PYTHON if prefix is plain_prefix else "python3", "main.py"]
         else:
-            (sub / "main.cpp").write_text(CPP_SRC)
+            (sub / "main.cpp").write_text(text)
             code, _ = await sh(
                 *prefix(sub), "g++", "-std=c++17", "-O2", "-o", "main", "main.cpp", cwd=sub
             )
@@ -247,10 +270,9 @@ async def main() -> None:
     args = parser.parse_args()
     rows = args.rows.split(",")
     results: dict[tuple[str, str], Result] = {}
-    langs = ("python", "cpp")
     submissions = len(chunks(make_tests(args.tests), args.per_submission))
-    progress = BenchProgress("submissions per row (python, cpp)", len(langs) * submissions)
-    for lang in langs:
+    progress = BenchProgress(f"submissions per row ({', '.join(LANGS)})", len(LANGS) * submissions)
+    for lang in LANGS:
         for name, result in (await measure_language(lang, rows, args, progress)).items():
             results[name, lang] = result
             print(f"  measured {name:12s} {lang:6s} {result}", file=sys.stderr)
@@ -270,7 +292,7 @@ def print_table(
     print("| backend | lang | tests/s | passed | x docker-run | x docker | x unsandboxed |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name in rows:
-        for lang in ("python", "cpp"):
+        for lang in LANGS:
             r = results[name, lang]
             if isinstance(r, str):
                 print(f"| {name} | {lang} | {r} | | | | |")
