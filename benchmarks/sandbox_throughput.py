@@ -63,6 +63,8 @@ def source(lang: str) -> tuple[str, str]:
     if lang == "cpp-cached":
         return "cpp", CPP_SRC
     return "cpp", CPP_SRC + f"// run {RUN_NONCE} submission {next(_submissions)}\n"
+
+
 # The floor runs the interpreter directly (a pyenv shim would add a shell script per test).
 FLOOR_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
