@@ -14,15 +14,27 @@ from omegaconf import DictConfig, OmegaConf
 from gspo_agents.env_sizing import needs_sandbox
 
 
-def build_env_factory(cfg: DictConfig, sandbox):
+def build_env_factory(cfg: DictConfig, sandbox, chat_template: str | None = None):
+    """Makes the run's envs; tool envs parse calls in `rollout.tool_format` (auto: the format
+    `chat_template` teaches) unless `env.kwargs.tool_parser` names one."""
     import envs
+    from envs.tools import ToolEnv
+    from envs.tools.parsers import resolve_tool_format
 
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     kwargs.update(session_kwargs(cfg, kwargs))
     extra = {"sandbox": sandbox} if sandbox is not None else {}
+    setting = cfg.rollout.get("tool_format", "auto")
+    tool_format = resolve_tool_format(setting, chat_template)
+    # auto that finds Hermes leaves each env its own default (a user env may default to its own)
+    override = "tool_parser" not in kwargs and (setting != "auto" or tool_format != "hermes")
 
     def factory():
-        return envs.make(cfg.env.name, **kwargs, **extra)
+        env = envs.make(cfg.env.name, **kwargs, **extra)
+        inner = getattr(env, "unwrapped", env)
+        if override and isinstance(inner, ToolEnv):
+            inner.use_tool_format(tool_format)
+        return env
 
     return factory
 

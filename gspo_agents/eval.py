@@ -123,9 +123,9 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
     rollout.update(num_samples_per_task=cfg.eval.k, temperature=cfg.eval.temperature)
     sandbox = build_sandbox(cfg, cfg.env.name)
     engine = build_engine(cfg, model_dir, cfg.trainer.seed)
-    manager = RolloutManager(
-        engine, build_env_factory(cfg, sandbox), load_tokenizer(model_dir), RolloutConfig(**rollout)
-    )
+    tokenizer = load_tokenizer(model_dir)
+    env_factory = build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None))
+    manager = RolloutManager(engine, env_factory, tokenizer, RolloutConfig(**rollout))
     try:
         groups = await collect_with_progress(manager, tasks)
     finally:

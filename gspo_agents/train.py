@@ -245,7 +245,12 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict
         file=sys.stderr,
     )
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
-    manager = RolloutManager(engine, build_env_factory(cfg, sandbox), tokenizer, rollout_cfg)
+    manager = RolloutManager(
+        engine,
+        build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None)),
+        tokenizer,
+        rollout_cfg,
+    )
 
     async def main_async():
         try:

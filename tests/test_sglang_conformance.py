@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 from engine_helpers import free_port, launch_tiny, wait_steps
+from sglang_dir import conformance_dir
 from test_sglang_parity import _perturbed_state
 
 from gspo_agents.rollout.engine import SamplingParams
@@ -52,20 +53,6 @@ EXPECTED = {
     "/begin_weight_update",
     "/end_weight_update",
 }
-
-
-def conformance_dir() -> Path:
-    default = Path.home() / ".cache" / "gspo-agents" / "sglang-conformance"
-    path = Path(os.environ.get("GSPO_SGLANG_CONFORMANCE_DIR", default))
-    if not (path / "sglang").is_dir() or not list(path.glob(".installed-*")):
-        message = (
-            f"SGLang's request classes are not installed in {path}: run "
-            "`bash scripts/setup_sglang_conformance.sh` (about 1.2 GB, no GPU stack)"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 async def record_scenario(server, tiny_path: str) -> list[dict]:

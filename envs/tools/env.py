@@ -3,7 +3,8 @@
 A subclass declares tools as typed methods marked `@tool` (async allowed); their OpenAI-style
 schemas go to the chat template's `tools=` (see `tool_schemas`). Each assistant turn is handled so:
 
-- the turn contains tool calls (in the format of `tool_parser`, Qwen3/Hermes by default): each
+- the turn contains tool calls (in the format of `tool_parser`, Qwen3/Hermes by default, or
+  Qwen3-Coder's XML; calls written while reasoning, inside `<think>`, are never run): each
   runs in order and its result comes back as one `tool` message. A call that cannot be parsed, an
   unknown tool, arguments that do not fit the signature, calls past `max_tool_calls_per_turn` and
   a tool that raises `ToolError` each give an error message in place of a result: the model sees
@@ -32,7 +33,7 @@ from typing import Any, TypeVar
 
 from envs.base import Message, TextEnv
 from envs.errors import InfraError
-from envs.tools.parsers import CallError, ToolCall, get_parser
+from envs.tools.parsers import CallError, ToolCall, get_parser, run_parser
 from envs.tools.schema import ArgumentError, Tool
 
 __all__ = ["ToolEnv", "ToolError", "tool"]
@@ -112,6 +113,12 @@ class ToolEnv(TextEnv):
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [t.schema for t in self._tools.values()]
 
+    def use_tool_format(self, tool_parser: str) -> None:
+        """Parse the model's calls with this registered parser from now on (the trainer sets the
+        format the model's chat template teaches, `rollout.tool_format`)."""
+        self._parse = get_parser(tool_parser)
+        self.tool_parser = tool_parser
+
     def end_episode(self) -> None:
         """Called by a tool (e.g. `submit`): the episode ends after this turn's calls."""
         self._ended = True
@@ -182,7 +189,7 @@ class ToolEnv(TextEnv):
         self.turn += 1
         self.counters["turns"] += 1
         text = action if isinstance(action, str) else str(action)
-        parsed = self._parse(text)
+        parsed = run_parser(self._parse, text, self.tool_schemas())
         if not parsed.items:
             reward = float(await self.final_reward(text))
             return [], reward, True, False, self._info(reward, "final_message")

@@ -34,6 +34,9 @@ class RolloutConfig:
     max_version_lag: int | None = None
     trajectory_timeout_s: float = 600.0
     seed: int | None = None  # per-request sampling seeds: same seed, same samples, any batching
+    # tool envs' call format: auto (the one the model's chat template teaches), hermes, qwen3_coder
+    # or a parser registered with envs.tools.register_parser; env.kwargs.tool_parser overrides it
+    tool_format: str = "auto"
 
     def __post_init__(self) -> None:
         positive = (
