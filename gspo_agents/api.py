@@ -9,6 +9,14 @@
 `fit()` is `python -m gspo_agents.train <overrides>` in this process: the same config, run dir
 lock, resume, checkpoints, metrics and console lines. One learner process only; for
 `trainer.nproc>1` use the CLI (it relaunches itself under torchrun).
+
+TRL's way, a dataset and reward functions (envs/reward_functions.py has the contract):
+
+    def correct(prompts, completions, answer, **_):
+        return [1.0 if a in c else 0.0 for c, a in zip(completions, answer)]
+
+    Trainer("trainer.steps=20", dataset=[{"prompt": "2+2?", "answer": "4"}, ...],
+            reward_funcs=[correct]).fit()
 """
 
 from __future__ import annotations
@@ -19,7 +27,15 @@ from omegaconf import DictConfig
 
 
 class Trainer:
-    def __init__(self, *overrides: str) -> None:
+    def __init__(
+        self,
+        *overrides: str,
+        dataset: Any = None,
+        reward_funcs: Any = None,
+        eval_dataset: Any = None,
+        reward_weights: Any = None,
+        system_prompt: str | None = None,
+    ) -> None:
         from hydra import compose, initialize_config_dir
 
         from gspo_agents.config import (
@@ -31,6 +47,21 @@ class Trainer:
         )
 
         self.overrides = list(overrides)
+        if (dataset is None) != (reward_funcs is None):
+            raise ConfigError("Trainer: give dataset= and reward_funcs= together (or neither)")
+        if dataset is not None:
+            if any(o.split("=", 1)[0].lstrip("+") == "env.name" for o in self.overrides):
+                raise ConfigError("Trainer: dataset= builds the env; drop the env.name override")
+            from envs.reward_functions import register_reward_env
+
+            env_id = register_reward_env(
+                dataset,
+                reward_funcs,
+                eval_dataset=eval_dataset,
+                reward_weights=reward_weights,
+                system_prompt=system_prompt,
+            )
+            self.overrides.append(f"env.name={env_id}")
         check_overrides(self.overrides)
         register_schemas()
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):

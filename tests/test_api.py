@@ -42,7 +42,9 @@ def test_trainer_rejects_a_typo_with_a_suggestion():
 def readme_python_example() -> str:
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    [example] = [b for b in blocks if "from gspo_agents import Trainer" in b]
+    [example] = [
+        b for b in blocks if "from gspo_agents import Trainer" in b and "reward_funcs" not in b
+    ]
     return example
 
 
