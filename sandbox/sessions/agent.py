@@ -10,7 +10,8 @@ Protocol (one JSON object per line, one request at a time):
                   "kernel_source", "cgroup" (the session group's fds, or null), "ctl" (a unix
                   socket to take those fds from, docker; or null), optional "seed" ([from, to]:
                   a tree copied before ready, e.g. an image's repository into a writable
-                  /testbed) and "path_prefix" (put first on the commands' PATH)}; the agent
+                  /testbed), "path_prefix" (put first on the commands' PATH) and "python_argv"
+                  (the kernel's interpreter, default ours)}; the agent
                   answers {"ready": true}
                   then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
                   "digest"|"ping", ...}; each gets exactly one answer line ({"error", "kind"}
@@ -171,6 +172,8 @@ class Agent:
         self.workspace = config["workspace"]
         self.limits = config["limits"]
         self.kernel_source = config["kernel_source"]
+        # the python the kernel runs on: ours (an image's sessions: its loader, see images.py)
+        self.python_argv = list(config.get("python_argv") or [sys.executable or "/usr/bin/python3"])
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
         self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
@@ -451,7 +454,7 @@ class Agent:
     def start_kernel(self):
         req_r, req_w = os.pipe()
         done_r, done_w = os.pipe()
-        argv = [sys.executable or "/usr/bin/python3", "-q", "-c", self.kernel_source]
+        argv = [*self.python_argv, "-q", "-c", self.kernel_source]
         env = dict(self.env, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         try:
             pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
