@@ -309,8 +309,19 @@ def _build(image: str, tag: str, host: str | None, volume: str) -> None:
         if commit.returncode != 0:
             raise ImageBuildError(f"docker commit of {image!r} failed: {commit.stderr[:300]}")
     finally:
-        _docker(host, "rm", "-f", name)
+        _remove(host, name)
     log.info("prepared %s for sessions as %s in %.1fs", image, tag, time.monotonic() - start)
+
+
+def _remove(host: str | None, name: str) -> None:
+    """`docker rm -f`, again while the engine may still be creating it (a CLI killed at the
+    time limit); what is still left carries the owner labels, so the next start reaps it."""
+    for _ in range(5):
+        _docker(host, "rm", "-f", name)
+        listed = _docker(host, "ps", "-aq", "--filter", f"name=^{name}$")
+        if listed.returncode == 0 and not listed.stdout.strip():
+            return
+        time.sleep(0.5)
 
 
 def _parse_found(image: str, run: subprocess.CompletedProcess[str]) -> dict[str, str]:
