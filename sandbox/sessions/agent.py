@@ -10,7 +10,8 @@ Protocol (one JSON object per line, one request at a time):
                   "kernel_source", "cgroup" (the session group's fds, or null), "ctl" (a unix
                   socket to take those fds from, docker; or null), optional "seed" ([from, to]:
                   a tree copied before ready, e.g. an image's repository into a writable
-                  /testbed) and "path_prefix" (put first on the commands' PATH)}; the agent
+                  /testbed), "path_prefix" (put first on the commands' PATH) and "python_argv"
+                  (the kernel's interpreter, default ours)}; the agent
                   answers {"ready": true}
                   then requests {"op": "exec"|"python"|"write"|"read"|"untar"|"usage"|"kill"|
                   "digest"|"ping", ...}; each gets exactly one answer line ({"error", "kind"}
@@ -20,8 +21,8 @@ Protocol (one JSON object per line, one request at a time):
                   {"digests": {path relative to root, or as given: sha256 hex | null}}
   exec/python     {"command"|"code", "timeout_s", "cpu_s", "output_bytes"} ->
                   {"exit_code", "stdout", "stderr", "stdout_cut", "stderr_cut", "wall_s",
-                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died"), "kernel_restarted",
-                   "oom_kills"}
+                   "cpu_s", "reason" ("" | "wall" | "cpu" | "died" | "control"),
+                   "kernel_restarted", "oom_kills"}
 Closing stdin ends the session: the agent kills everything and exits (and with it the sandbox).
 
 After every call every process but the agent and the idle kernel is killed and the kernel is
@@ -29,6 +30,13 @@ stopped (SIGSTOP, resumed by the next python call), so nothing a call starts run
 calls, and a call's CPU (`cpu_s`) covers its whole process tree: the session's cgroup counts
 every process in it (agent_limits.py); without one, the agent is the subreaper and reaps every
 orphan, so children nobody waited for are counted too.
+
+The agent's own work for a call is bounded and counted: its CPU from the call's start to its
+answer is part of `cpu_s` (and of the CPU limit), whatever the call made it do (read a flood,
+sweep a fork storm); a control channel the cell can write (the kernel's "cell done" pipe, fd 4)
+is read once, line by line, up to CONTROL_BYTES a call: past that the kernel is killed and
+restarted and the call ends with reason "control" (the cell's doing, not the agent's memory);
+the request pipe (fd 3) is written without blocking, inside the call's limits.
 """
 
 import base64
@@ -58,6 +66,8 @@ PR_SET_DUMPABLE = 4
 MIB = 1 << 20
 POLL_S = 0.02
 CALL_NICE = 19
+CONTROL_BYTES = 64 << 10  # what a call may write to the kernel's "cell done" pipe (fd 4)
+CONTROL_LINE_BYTES = 256  # the kernel's own line is ~30 bytes: longer lines are not parsed
 STOP_WAIT_S = 2.0  # a kernel thread stuck in the kernel (D state) longer than this: kill it
 STATE_DIR = "/tmp/.gspo-shell"
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
@@ -103,11 +113,67 @@ def send(obj):
         data = data[os.write(1, data) :]
 
 
+def agent_cpu():
+    """The agent's own CPU time (it is single-threaded): charged to the call it serves."""
+    return time.process_time()
+
+
+class DoneReader:
+    """The kernel's "cell done" pipe of one call, read once: complete lines are parsed as they
+    arrive (each byte is looked at once), a partial one is kept up to CONTROL_LINE_BYTES, and
+    past CONTROL_BYTES in all `over` is set and nothing more is kept."""
+
+    def __init__(self, cell):
+        self.cell, self.total, self.over = cell, 0, False
+        self.partial, self.skipping = b"", False  # skipping: the rest of an over-long line
+        self.msg = None
+
+    def feed(self, chunk):
+        """The done message for this cell once one arrived (else None)."""
+        self.total += len(chunk)
+        if self.total > CONTROL_BYTES:
+            self.over, self.partial = True, b""
+            return None
+        start = 0
+        while self.msg is None:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                self.keep(chunk[start:])
+                break
+            line, self.partial = self.partial + chunk[start:end], b""
+            if not self.skipping:
+                self.msg = parse_done(line, self.cell)
+            self.skipping, start = False, end + 1
+        return self.msg
+
+    def keep(self, rest):
+        if self.skipping or len(self.partial) + len(rest) > CONTROL_LINE_BYTES:
+            self.partial, self.skipping = b"", True
+        else:
+            self.partial += rest
+
+
+def parse_done(line, cell):
+    """The kernel's {"ok", "cell"} message for this cell, if `line` is one. The cell's own code
+    could write such lines too: it can only misreport itself."""
+    if len(line) > CONTROL_LINE_BYTES:
+        return None
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(msg, dict) and msg.get("cell") == cell and "ok" in msg:
+        return msg
+    return None
+
+
 class Agent:
     def __init__(self, config):
         self.workspace = config["workspace"]
         self.limits = config["limits"]
         self.kernel_source = config["kernel_source"]
+        # the python the kernel runs on: ours (an image's sessions: its loader, see images.py)
+        self.python_argv = list(config.get("python_argv") or [sys.executable or "/usr/bin/python3"])
         self.kernel = None  # (pid, request_w, done_r, out_r, err_r)
         self.cells = 0  # numbers the kernel's cells; a "done" line must carry the current one
         self.env = dict(BASE_ENV, HOME=self.workspace)
@@ -220,10 +286,15 @@ class Agent:
 
     # ---- calls --------------------------------------------------------------------------
     def baseline(self):
-        return {"cpu0": self.tree.cpu(), "oom0": self.tree.ooms()}
+        return {"cpu0": self.tree.cpu() + agent_cpu(), "oom0": self.tree.ooms()}
 
-    def collect(self, pid, out_fd, err_fd, req, done_fd=None, base=None):
-        """Read output (keeping each stream's tail) until the call ends or hits a limit."""
+    def used_cpu(self, base):
+        """CPU of the call so far: its process tree's and the agent's own."""
+        return self.tree.cpu() + agent_cpu() - base["cpu0"]
+
+    def collect(self, pid, out_fd, err_fd, req, done_fd=None, base=None, feed=None):
+        """Read output (keeping each stream's tail) until the call ends or hits a limit.
+        `feed`: (fd, bytes) to write to a non-blocking fd as it takes them (the request)."""
         cap = int(req["output_bytes"])
         start = time.monotonic()
         deadline = start + float(req["timeout_s"])
@@ -231,6 +302,7 @@ class Agent:
         base = base or self.baseline()
         bufs = {"out": bytearray(), "err": bytearray()}
         cut = {"out": 0, "err": 0}
+        done = DoneReader(req.get("cell"))
         sel = selectors.DefaultSelector()
         sel.register(out_fd, selectors.EVENT_READ, "out")
         sel.register(err_fd, selectors.EVENT_READ, "err")
@@ -238,10 +310,14 @@ class Agent:
         sel.register(pidfd, selectors.EVENT_READ, "exit")
         if done_fd is not None:
             sel.register(done_fd, selectors.EVENT_READ, "done")
+        pending = b""
+        if feed is not None and feed[1]:
+            pending = feed[1]
+            sel.register(feed[0], selectors.EVENT_WRITE, "feed")
         # The host sends nothing during a call: stdin readable now means it closed (the trainer
         # died or gave up on us): stop everything and exit, taking the sandbox with us.
         sel.register(0, selectors.EVENT_READ, "host")
-        reason, finished, status, done_msg = "", False, None, b""
+        reason, finished, status = "", False, None
         finished_at, next_cpu_check = 0.0, 0.0
         last = (start, 0.0)  # (when, CPU used) at the previous check
         while True:
@@ -250,12 +326,15 @@ class Agent:
                 reason = "wall"
                 break
             if now >= next_cpu_check:
-                used = self.tree.cpu() - base["cpu0"]
+                used = self.used_cpu(base)
                 if used > cpu_limit:
                     reason = "cpu"
                     break
                 next_cpu_check = now + cpu_poll_s(cpu_limit - used, used - last[1], now - last[0])
                 last = (now, used)
+            if done.over:
+                reason = "control"
+                break
             if finished and (now - finished_at > 0.1 or not self.drain_ready(sel)):
                 break  # ended; stop at once unless output is still arriving (0.1 s at most)
             wait = min(deadline, next_cpu_check) - now
@@ -263,6 +342,16 @@ class Agent:
                 if key.data == "host":
                     self.kill_others(keep_kernel=False)
                     os._exit(0)
+                if key.data == "feed":
+                    try:
+                        pending = pending[os.write(key.fd, pending[:65536]) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        pending = b""  # the kernel closed it: it exits, and we see that
+                    if not pending:
+                        sel.unregister(key.fd)
+                    continue
                 if key.data == "exit":
                     sel.unregister(pidfd)
                     _, status = os.waitpid(pid, 0)
@@ -277,9 +366,11 @@ class Agent:
                         finished, finished_at, reason = True, time.monotonic(), "died"
                     continue
                 if key.data == "done":
-                    done_msg += chunk
-                    if self.cell_done(done_msg, req.get("cell")):
+                    if done.msg is None and done.feed(chunk) is not None:
                         finished, finished_at = True, time.monotonic()
+                    elif done.msg is not None:
+                        done.total += len(chunk)  # after its line: only counted, never kept
+                        done.over = done.over or done.total > CONTROL_BYTES
                     continue
                 buf = bufs[key.data]
                 buf += chunk
@@ -296,7 +387,7 @@ class Agent:
         return {
             "reason": reason,
             "status": status,
-            "done": done_msg,
+            "done": done.msg,
             "stdout": bytes(bufs["out"]),
             "stderr": bytes(bufs["err"]),
             "stdout_cut": cut["out"],
@@ -304,19 +395,6 @@ class Agent:
             "wall_s": time.monotonic() - start,
             **base,
         }
-
-    @staticmethod
-    def cell_done(data, cell):
-        """The kernel's {"ok", "cell"} line for this cell, if `data` holds one (else None).
-        The cell's own code could write lines there too: it can only misreport itself."""
-        for line in data.split(b"\n"):
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(msg, dict) and msg.get("cell") == cell and "ok" in msg:
-                return msg
-        return None
 
     @staticmethod
     def drain_ready(sel):
@@ -332,7 +410,7 @@ class Agent:
         had_kernel = keep_kernel and self.kernel is not None
         stopped = had_kernel and self.pause_kernel()
         self.kill_others(stopped)  # a kernel that would not stop goes too
-        cpu = max(0.0, self.tree.cpu() - got["cpu0"])
+        cpu = max(0.0, self.used_cpu(got))
         return {
             "kernel_restarted": had_kernel and not stopped,
             "oom_kills": max(0, self.tree.ooms() - got["oom0"]),
@@ -376,7 +454,7 @@ class Agent:
     def start_kernel(self):
         req_r, req_w = os.pipe()
         done_r, done_w = os.pipe()
-        argv = [sys.executable or "/usr/bin/python3", "-q", "-c", self.kernel_source]
+        argv = [*self.python_argv, "-q", "-c", self.kernel_source]
         env = dict(self.env, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
         try:
             pid, out_r, err_r = self.spawn(argv, env, extra_fds=(req_r, done_w))
@@ -386,6 +464,7 @@ class Agent:
             raise
         os.close(req_r)
         os.close(done_w)
+        os.set_blocking(req_w, False)  # written inside the call's loop (collect's feed)
         self.kernel = (pid, req_w, done_r, out_r, err_r)
 
     def op_python(self, req):
@@ -398,26 +477,22 @@ class Agent:
         self.cells += 1
         cell = req["cell"] = self.cells
         base = self.baseline()
+        drain(done_r)  # what the last cell wrote there itself is stale (read while it is stopped)
         try:
-            os.kill(pid, signal.SIGCONT)  # stopped since the last call; a big cell's write blocks
-            drain(done_r)  # anything the last cell wrote there itself is stale
-            os.write(req_w, (json.dumps({"code": req["code"], "cell": cell}) + "\n").encode())
             os.kill(pid, signal.SIGCONT)  # stopped since the last call
         except OSError:
             pass  # the kernel is gone; collect() sees it exit
-        got = self.collect(pid, out_r, err_r, req, done_fd=done_r, base=base)
+        request = (json.dumps({"code": req["code"], "cell": cell}) + "\n").encode()
+        got = self.collect(pid, out_r, err_r, req, done_fd=done_r, base=base, feed=(req_w, request))
         restarted = bool(got["reason"])
         exit_code = None
-        if restarted:  # timeout, CPU limit or the kernel died: it is killed and restarted
+        if restarted:  # a limit, a flooded control pipe, or the kernel died: it is restarted
             self.kill_others(keep_kernel=False)
             self.drop_kernel()
             if got["status"] is not None and got["reason"] == "died":
                 exit_code = os.waitstatus_to_exitcode(got["status"])
         else:
-            try:
-                exit_code = 0 if self.cell_done(got["done"], cell)["ok"] else 1
-            except (ValueError, KeyError, TypeError):
-                exit_code = 1
+            exit_code = 0 if got["done"] and got["done"].get("ok") else 1
         result = self.finish(got, keep_kernel=True)
         if got["reason"] == "died":
             result["reason"] = "died"
@@ -502,10 +577,13 @@ def not_started(exc):
 
 
 def drain(fd):
+    """Empty a pipe whose writers are stopped: bounded by the pipe's capacity (1 MiB at most
+    for an unprivileged writer), so a writer cannot keep us here."""
     os.set_blocking(fd, False)
     try:
-        while os.read(fd, 65536):
-            pass
+        for _ in range(64):
+            if not os.read(fd, 1 << 16):
+                break
     except OSError:
         pass
     finally:

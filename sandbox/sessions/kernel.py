@@ -2,7 +2,7 @@
 
 Runs INSIDE the sandbox (``python3 -q -c <this source>``), standard library only, as a child of
 the session agent. fd 3 carries requests ({"code"} per line), fd 4 gets one {"ok", "cell"} line per cell
-after stdout/stderr (fds 1, 2) are flushed. Globals persist across cells; a trailing expression's
+after stdout/stderr (fds 1, 2) are flushed (the agent reads at most 64 KiB of fd 4 a cell). Globals persist across cells; a trailing expression's
 repr is printed, as in a REPL. The code is the model's: it may do anything to this process,
 which can only hurt its own results (the agent enforces limits and restarts a dead kernel).
 """
@@ -54,7 +54,8 @@ def main():
                 stream.flush()
             except Exception:  # noqa: BLE001 - the cell may have closed or replaced it
                 pass
-        os.write(done, (json.dumps({"ok": ok, "cell": request["cell"]}) + "\n").encode())
+        # a newline first: a partial line the cell left on fd 4 cannot swallow ours
+        os.write(done, ("\n" + json.dumps({"ok": ok, "cell": request["cell"]}) + "\n").encode())
 
 
 if __name__ == "__main__":

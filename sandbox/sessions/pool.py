@@ -186,6 +186,11 @@ class SandboxSession(WorkspaceFiles):
             message = f"killed: CPU time limit of {cpu:.1f}s reached"
         elif reason == "died":
             message = f"the python kernel died (exit {reply.get('exit_code')})"
+        elif reason == "control":
+            message = (
+                "killed: the cell wrote more than the agent reads of the kernel's control pipe "
+                "(fd 4, 64 KiB a call); leave fds 3 and 4 alone"
+            )
         if reply.get("kernel_restarted"):
             message += ("; " if message else "") + (
                 "the python kernel was restarted, its variables are lost"

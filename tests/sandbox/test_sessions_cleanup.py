@@ -287,3 +287,63 @@ async def test_orphans_of_a_dead_owner_are_reaped_at_start(session_backend: str)
     else:
         assert not (marker_dir() / f"{dead.pid}.{uid}").exists()
     assert processes_of_uids({uid}) == []
+
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, secrets, sys, time
+    from sandbox import SessionPool
+    real, forced = secrets.randbelow, int(sys.argv[1])
+    secrets.randbelow = lambda n: (setattr(secrets, "randbelow", real), forced)[1]
+    async def main():
+        pool = SessionPool("bubblewrap", max_sessions=1)
+        async with pool.session() as ws:
+            await ws.exec("true")
+            print("READY", ws._handle.uid, flush=True)
+            time.sleep(600)
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_dead_owners_uid_block_is_never_a_live_ones(monkeypatch) -> None:
+    """Two processes draw the same uid block; one holds a live session, the other is SIGKILLed
+    with one open; the next pool start reaps the dead one's session by its uid and must leave
+    the live one's alone: uid blocks are unique across the host's processes (bubblewrap, the
+    backend that reaps by uid)."""
+    import secrets
+
+    from session_util import started_pool
+
+    probe = await started_pool("bubblewrap", max_sessions=1)  # fail/skip like the others
+    await probe.aclose()
+    block = secrets.randbelow(2_000)
+    real = secrets.randbelow
+    monkeypatch.setattr(
+        secrets, "randbelow", lambda n: (setattr(secrets, "randbelow", real), block)[1]
+    )
+    live = SessionPool("bubblewrap", max_sessions=1)  # the block drawn first: ours
+    monkeypatch.setattr(secrets, "randbelow", real)
+    env = dict(os.environ, PYTHONPATH=str(PROJECT_ROOT))
+    try:
+        async with live.session() as ws:
+            assert (await ws.exec("echo up")).stdout == "up\n"
+            other = subprocess.Popen(
+                [sys.executable, "-c", HOLDER, str(block)],
+                stdout=subprocess.PIPE, env=env, text=True,
+            )  # fmt: skip
+            try:
+                assert other.stdout is not None
+                line = await asyncio.to_thread(other.stdout.readline)
+                assert line.startswith("READY"), line
+            finally:
+                other.kill()
+                other.wait()
+            after = await started_pool("bubblewrap", max_sessions=1)  # reaps the dead one's
+            await after.aclose()
+            r = await ws.exec("echo still here")
+            assert r.stdout == "still here\n", r
+            assert int(line.split()[1]) != ws._handle.uid
+    finally:
+        await live.aclose()
+    assert leftovers(live) == []

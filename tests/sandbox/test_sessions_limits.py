@@ -5,7 +5,10 @@
 - memory is capped for all processes of the session together, and an OOM kill inside a call
   is reported in its `ExecResult` (`oom_killed`, `message`), never a silent exit 0;
 - a call's CPU limit holds within 10% under a fork storm, measured independently on the host
-  (the CPU the session agent reaped: every process of a call is its child when it dies).
+  (the CPU the session agent reaped: every process of a call is its child when it dies);
+- the agent's own work is bounded and counted: a cell flooding the kernel's control pipe (fd 4)
+  ends its call with the limit named, the agent's memory stays flat, and every CPU second the
+  agent spent on the call (measured on the host) is in the call's `cpu_s`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,19 @@ def reaped_cpu(pid: int) -> float:
     """CPU time of the reaped children of `pid` (cutime + cstime), from the host's /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+
+
+def own_cpu(pid: int) -> float:
+    """CPU time of process `pid` itself (utime + stime), from the host's /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmHWM for pid {pid}")
 
 
 def kernel_cpu_cmd(pid: int) -> str:
@@ -195,3 +211,28 @@ async def test_docker_without_session_cgroups_still_reports_oom() -> None:
     finally:
         await p.aclose()
     assert leftovers(p) == []
+
+
+# Nonstop writes to the kernel's "cell done" pipe: long JSON-looking lines (each one the old agent
+# parsed again with every 64 KiB that came after it) for a few seconds.
+FLOOD_CONTROL_PIPE = (
+    "import os, time\nline = b'{\"cell\": 0, \"pad\": \"' + b'x' * 60000 + b'\"}\\n'\n"
+    "end = time.time() + 4\nwhile time.time() < end:\n    os.write(4, line)\n"
+)
+
+
+async def test_a_flooded_control_pipe_is_the_cells_error_and_costs_the_agent_nothing_uncounted(
+    pool: SessionPool,  # noqa: F811
+) -> None:
+    async with pool.session(SessionLimits(exec_timeout_s=60)) as ws:
+        assert (await ws.python("kept = 1")).exit_code == 0
+        agent = agent_host_pid(ws._handle.uid)
+        cpu0, rss0 = own_cpu(agent), peak_rss_kb(agent)
+        r = await ws.python(FLOOD_CONTROL_PIPE)
+        spent, grown_kb = own_cpu(agent) - cpu0, peak_rss_kb(agent) - rss0
+        assert r.exit_code is None and "control pipe" in r.message, r
+        assert r.kernel_restarted and not r.timed_out, r
+        assert spent <= r.cpu_s + 0.05, (spent, r.cpu_s)  # the agent's CPU is the call's
+        assert grown_kb < 8 << 10, grown_kb  # what it read was not kept
+        r = await ws.python("print('after')")
+        assert r.exit_code == 0 and r.stdout == "after\n", r

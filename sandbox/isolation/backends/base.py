@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
+import os
 import secrets
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,21 +68,76 @@ class RunnerOutput:
     diagnostics: str = ""  # stderr of the backend process, for SE messages
 
 
-_UID_BLOCKS_TAKEN: set[int] = set()  # blocks this process handed out: pools never share a uid
+UID_BASE, UID_BLOCK, UID_BLOCKS = 200_000, 1_000, 3_000
+_UID_BLOCKS_TAKEN: dict[int, int | None] = {}  # block -> its held lock fd (None: no registry)
+
+
+def uid_registry() -> str:
+    """The host-wide directory of uid-block lock files (one per block in use, flock-held by
+    the process that has it for as long as it lives: the kernel drops the lock when it dies)."""
+    return os.environ.get("GSPO_UID_REGISTRY") or os.path.join(
+        tempfile.gettempdir(), "gspo-uid-blocks"
+    )
+
+
+def _lock_block(block: int) -> int | None:
+    """An flock-held fd on `block`'s lock file, or -1 when another live process holds it;
+    None when there is no usable registry (then blocks are unique within this process only)."""
+    try:
+        os.makedirs(uid_registry(), mode=0o1777, exist_ok=True)
+        fd = os.open(os.path.join(uid_registry(), f"{block}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd
 
 
 def allocate_uids(count: int) -> list[int]:
-    """Random high uids, unlikely to collide with real users or other sandboxes on the host, and
-    never with another pool or backend of this process (per-uid limits such as RLIMIT_NPROC
-    would be shared): each call takes its own blocks of 1000."""
-    blocks = max(1, -(-count // 1_000))
+    """Random high uids, unlikely to collide with real users, and never with another pool or
+    backend of this process or of any live process on this host (per-uid limits such as
+    RLIMIT_NPROC would be shared, and a reaper killing a dead owner's uid would hit the live
+    one's sessions): each call takes its own blocks of 1000, each held by an flock in
+    uid_registry() until this process exits."""
+    blocks = max(1, -(-count // UID_BLOCK))
     for _ in range(10_000):
-        first = secrets.randbelow(3_000 - blocks + 1)
-        wanted = set(range(first, first + blocks))
-        if not wanted & _UID_BLOCKS_TAKEN:
-            _UID_BLOCKS_TAKEN.update(wanted)
-            return [200_000 + first * 1_000 + i for i in range(count)]
-    raise RuntimeError("no free uid block left for another sandbox pool in this process")
+        first = secrets.randbelow(UID_BLOCKS - blocks + 1)
+        wanted = range(first, first + blocks)
+        if any(b in _UID_BLOCKS_TAKEN for b in wanted):
+            continue
+        fds: dict[int, int | None] = {}
+        for block in wanted:
+            fd = _lock_block(block)
+            if fd == -1:
+                break
+            fds[block] = fd
+        else:
+            _UID_BLOCKS_TAKEN.update(fds)
+            return [UID_BASE + first * UID_BLOCK + i for i in range(count)]
+        for fd in fds.values():  # another process has one of them: give the rest back
+            if fd is not None:
+                os.close(fd)
+    raise RuntimeError("no free uid block left for another sandbox pool on this host")
+
+
+@contextlib.contextmanager
+def reapable_uid(uid: int) -> Iterator[bool]:
+    """Whether leftovers of `uid` may be killed: its block is ours, or no live process holds
+    it (then it is held for the duration, so that nobody takes it mid-reap). False: a live
+    process has the block now, so the uid's processes are its own."""
+    block = (uid - UID_BASE) // UID_BLOCK
+    if block in _UID_BLOCKS_TAKEN or not 0 <= block < UID_BLOCKS:
+        yield True  # ours (or not a sandbox block at all: the marker's word, as before)
+        return
+    fd = _lock_block(block)
+    try:
+        yield fd != -1
+    finally:
+        if fd is not None and fd != -1:
+            os.close(fd)
 
 
 async def drive(

@@ -11,7 +11,9 @@ namespace with it, even mid-call); then every host process of the session's uid 
 killed. --die-with-parent alone is not enough: bwrap's child drops its uid after setting its
 parent-death signal, which clears it. A trainer killed by SIGKILL closes the agents' stdin, so
 they exit; in case one does not, each live session has a marker file <pid>.<uid> in
-$TMPDIR/gspo-sessions, and the next start kills the processes of markers whose pid is dead.
+$TMPDIR/gspo-sessions, and the next start kills the processes of markers whose pid is dead,
+unless a live process holds that uid's block (uid blocks are unique across the host's processes:
+isolation/backends/base.py allocate_uids), which then owns whatever runs as it.
 Whole-tree limits: with cgroups (root) the session's cgroup (backends/base.py), whose control-file
 fds the agent inherits through bwrap, caps memory and process count of the tree and counts its
 CPU; without, memory is bounded per process (RLIMIT_AS) only, processes by RLIMIT_NPROC of the
@@ -22,12 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 import signal
 import tempfile
 from pathlib import Path
 
+from sandbox.isolation.backends.base import reapable_uid
 from sandbox.isolation.backends.bubblewrap import BubblewrapBackend
 from sandbox.isolation.cgroups import pid_alive
 from sandbox.sessions.api import WORKSPACE, SessionLimits
@@ -69,9 +73,13 @@ class BubblewrapSessionBackend(SessionBackend):
             pid, _, uid = marker.name.partition(".")
             if not (pid.isdigit() and uid.isdigit()) or pid_alive(int(pid)):
                 continue
-            log.info("reaping the bubblewrap session of dead trainer pid %s (uid %s)", pid, uid)
-            if kill_uid(int(uid)):
-                marker.unlink(missing_ok=True)
+            with reapable_uid(int(uid)) as ok:
+                if not ok:  # a live process holds the uid's block: they are its sessions
+                    log.info("not reaping uid %s of dead pid %s: a live pool has it", uid, pid)
+                    continue  # (its owner reaps what the dead one left when it starts)
+                log.info("reaping the bubblewrap session of dead trainer pid %s (uid %s)", pid, uid)
+                if kill_uid(int(uid)):
+                    marker.unlink(missing_ok=True)
 
     def _marker(self, handle: Handle) -> Path:
         return marker_dir() / f"{os.getpid()}.{handle.uid}"
@@ -95,7 +103,8 @@ class BubblewrapSessionBackend(SessionBackend):
         ctl_dir: str | None,
         image: str | None = None,
     ) -> tuple[list[str], str | None]:
-        shaped = BubblewrapBackend(1, tmpfs_mb=limits.tmp_mb, rootfs=self.base.rootfs)
+        shaped = copy.copy(self.base)  # not a new backend: that would take a uid block a start
+        shaped.tmpfs_mb = limits.tmp_mb
         prefix = shaped._prefix(uid)
         for i in range(len(prefix) - 2):
             if prefix[i : i + 3] == ["--ro-bind", self.base.rootfs, "/"]:

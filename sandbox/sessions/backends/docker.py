@@ -12,9 +12,10 @@ it writes. Remote engines have only the container's limits, which cover the whol
 A session's own `image` (`pool.session(limits, image=...)`) is another image, a published
 SWE-style one with its repository at /testbed (sandbox/sessions/images.py prepares it once): the same flags, plus a size-capped
 /testbed tmpfs owned by the session's uid that the agent fills with the image's tree before it
-reports ready (the tree's size + disk_mb; the memory caps grow by the tree's size), the image's
-own python3 (3.9+) as the agent, and the PATH starting at the python that has the repository's
-dependencies.
+reports ready (the tree's size as we measured it, capped, + disk_mb; the memory caps grow by
+it), the agent and its python kernel on the sandbox image's python mounted read-only from a
+volume (never a program of the image), and the PATH starting at the python that has the
+repository's dependencies.
 
 Cleanup: closing the session closes the agent's stdin (the agent kills everything and exits,
 and --rm removes the container) and then `docker rm -f`s it anyway. A trainer killed by SIGKILL
@@ -39,7 +40,14 @@ from sandbox.sessions.backends.base import (
     SessionBackend,
     close_agent,
 )
-from sandbox.sessions.images import SEED_DIR, TESTBED, PreparedImage, prepare_image
+from sandbox.sessions.images import (
+    SEED_DIR,
+    TESTBED,
+    PreparedImage,
+    interpreter_argv,
+    interpreter_mounts,
+    prepare_image,
+)
 
 PIDS_MARGIN = 4  # the agent, the kernel, bash
 
@@ -89,7 +97,11 @@ class DockerSessionBackend(SessionBackend):
         if not image:
             return {}
         prepared = self.prepared[host, image]
-        return {"seed": [SEED_DIR, TESTBED], "path_prefix": prepared.bin_dir}
+        return {
+            "seed": [SEED_DIR, TESTBED],
+            "path_prefix": prepared.bin_dir,
+            "python_argv": interpreter_argv(),  # the kernel runs on our python too
+        }
 
     def open_ctl(self) -> tuple[socket.socket, str]:
         return _ctl_listener()
@@ -113,13 +125,15 @@ class DockerSessionBackend(SessionBackend):
         extra_image: list[str] = []
         if prepared is not None:
             shaped.image = prepared.tag
-            agent = agent[1:]  # the interpreter is the entrypoint
+            ours = interpreter_argv()  # our python, never the image's (images.py)
+            agent = [*ours[1:], "-I", *AGENT_ARGV[1:]]  # the loader is the entrypoint
             extra_image = [
                 "--tmpfs",
                 f"{TESTBED}:rw,exec,nosuid,nodev,size={prepared.testbed_mb + limits.disk_mb}m,"
                 f"uid={uid},gid={uid},mode=0755",
+                *interpreter_mounts(prepared.volume),
                 "--entrypoint",
-                prepared.agent_python,
+                ours[0],
             ]
         argv = shaped._run_argv(name, uid, ctl_dir)  # the runner's command after the image goes
         at = len(argv) - 1 - argv[::-1].index(shaped.image)  # the image; the command follows
