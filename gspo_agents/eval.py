@@ -23,6 +23,10 @@ from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, regis
 from gspo_agents.rundir import write_config
 
 
+class NoWeights(ValueError):
+    """eval.model_path or eval.run_dir names no loadable weights; the message says which."""
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples drawn from n (c of them correct) is correct."""
     if k > n:
@@ -89,14 +93,20 @@ def resolve_eval_model(cfg: DictConfig) -> str:
     if cfg.eval.model_path:
         path = Path(cfg.eval.model_path).expanduser()
         if not (path / "config.json").exists():
-            raise ValueError(f"eval.model_path={path} is not an HF directory (no config.json)")
+            raise NoWeights(
+                f"eval.model_path={path} is not an HF directory (no config.json); point it at "
+                "a run's weights/stepN or another Hugging Face model directory"
+            )
         return str(path)
     if cfg.eval.run_dir:
         steps = sorted(
             Path(cfg.eval.run_dir, "weights").glob("step*"), key=lambda p: int(p.name[4:])
         )
         if not steps:
-            raise ValueError(f"eval.run_dir={cfg.eval.run_dir} has no exported weights/stepN")
+            raise NoWeights(
+                f"eval.run_dir={cfg.eval.run_dir} has no exported weights/stepN (a run writes them "
+                "after its first step); train it first, or give eval.model_path=DIR"
+            )
         return str(steps[-1])
     return resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
 

@@ -18,11 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gspo_agents import rundir, samples
-from gspo_agents.batching import (
-    prepare_batch,
-    tasks_for_step,
-)
+from gspo_agents import rundir
 from gspo_agents.components import (
     base_model_dir,
     build_engine,
@@ -34,10 +30,11 @@ from gspo_agents.components import (
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
-from gspo_agents.models import load_tokenizer
-from gspo_agents.refill import refill_groups
-from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 from gspo_agents.tracking import RunTracker
+
+# Modules that import torch (trajectory, batching, models, ...) are imported inside the functions
+# that use them: `python -m gspo_agents.train trainer.total_stpes=5` is rejected before torch
+# loads (tests/test_cli_fast.py proves the import stays out).
 
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
 
@@ -86,6 +83,10 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
     SIGTERM end the loop after the current step (a second one abandons its rollouts); either
     way a checkpoint of the last completed step is written.
     """
+    from gspo_agents import samples
+    from gspo_agents.batching import tasks_for_step
+    from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
+
     t = cfg.trainer
     step = start_step
     errors = RunErrors(t.max_failed_steps, rundir.log_only, trained_before=start_step > 0)
@@ -133,6 +134,9 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
 async def collect_step(manager, tasks, step: int, t, cfg=None):
     """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now;
     with `algorithm.dynamic_sampling_rounds` (sync mode only) zero-spread groups are refilled."""
+    from gspo_agents.batching import tasks_for_step
+    from gspo_agents.refill import refill_groups
+
     if not t.async_rollouts:
         result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
         if cfg is not None and cfg.algorithm.dynamic_sampling_rounds:
@@ -148,6 +152,8 @@ async def collect_step(manager, tasks, step: int, t, cfg=None):
 
 async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) -> dict:
     """Advantages, the GSPO update and the engine's new weights for one step's rollouts."""
+    from gspo_agents.batching import prepare_batch
+
     metrics = dict(result.metrics)
     a = cfg.algorithm
     prepared = prepare_batch(
@@ -188,6 +194,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
     import envs
     from gspo_agents.learner.parallel import init_process
+    from gspo_agents.models import load_tokenizer
 
     explicit = explicit_keys(overrides or [])
     cfg = apply_env_sizing(cfg, explicit)
@@ -212,6 +219,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
 def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict:
     from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
+    from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
     t = cfg.trainer
@@ -276,12 +284,15 @@ register_schemas()
 
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from gspo_agents.cli import user_errors_as_one_line
+
+    with user_errors_as_one_line():
+        check_choices(cfg)  # before torch loads; again after the env's sizing in run()
     quiet_libraries()
     if cfg.trainer.nproc > 1 and "RANK" not in os.environ:
         from gspo_agents.learner_group import relaunch_under_torchrun
 
         sys.exit(relaunch_under_torchrun(cfg.trainer.nproc, sys.argv[1:]))
-    from gspo_agents.cli import user_errors_as_one_line
     from gspo_agents.learner_group import announce_rank0
 
     announce_rank0()
@@ -294,9 +305,11 @@ def cli() -> None:
     """`python -m gspo_agents.train`: overrides checked first (with a did-you-mean), then Hydra;
     user errors end in one clear line, not a traceback."""
     from gspo_agents.cli import run_cli
-    from gspo_agents.learner.parallel import launched_by_torchrun, run_then_exit
 
-    if launched_by_torchrun():  # a learner rank: no interpreter finalization (see run_then_exit)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched_by_torchrun (no torch yet)
+        from gspo_agents.learner.parallel import run_then_exit
+
+        # a learner rank: no interpreter finalization (see run_then_exit)
         run_then_exit(lambda: run_cli(main, check_overrides))
     run_cli(main, check_overrides)
 
