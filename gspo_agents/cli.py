@@ -28,7 +28,6 @@ USER_ERRORS: dict[str, tuple[str, ...]] = {
     "gspo_agents.rundir": ("RunDirError",),
     "gspo_agents.step_errors": ("RunStalled",),
     "gspo_agents.rollout.engine": ("EngineUnavailable",),
-    "gspo_agents.eval": ("NoWeights",),
     "envs.errors": ("TaskError", "UnknownEnv", "MissingData"),
     "sandbox.errors": ("SandboxUnavailable",),
 }
@@ -56,6 +55,14 @@ def take_debug_flag() -> bool:
     return True
 
 
+def program_name() -> str:
+    """`gspo-train` when run as the installed script, `python -m gspo_agents.train` otherwise."""
+    name = os.path.basename(sys.argv[0])
+    if name.endswith(".py"):
+        return f"python -m gspo_agents.{name[:-3]}"
+    return name
+
+
 def say_error(exc: BaseException) -> None:
     message = " ".join(str(exc).split()) or type(exc).__name__
     print(f"error: {message}", file=sys.stderr, flush=True)
@@ -77,6 +84,9 @@ def run_cli(hydra_main: Callable[[], None], check_overrides: Callable[[list[str]
     debug = take_debug_flag()
     try:
         check_overrides(sys.argv[1:])
+        from gspo_agents.cli_help import print_help_if_asked
+
+        print_help_if_asked(program_name())
         hydra_main()
     except Exception as exc:
         if debug or not isinstance(exc, user_errors()):

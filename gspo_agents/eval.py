@@ -19,11 +19,17 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents.cli import run_cli, user_errors_as_one_line
-from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.config import (
+    CONFIG_DIR,
+    ConfigError,
+    check_choices,
+    check_overrides,
+    register_schemas,
+)
 from gspo_agents.rundir import write_config
 
 
-class NoWeights(ValueError):
+class NoWeights(ConfigError):
     """eval.model_path or eval.run_dir names no loadable weights; the message says which."""
 
 
@@ -211,5 +217,10 @@ def main(cfg: DictConfig) -> None:
     print(f"wrote {out}", file=sys.stderr)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`gspo-eval` / `python -m gspo_agents.eval`."""
     run_cli(main, check_overrides)
+
+
+if __name__ == "__main__":
+    cli()

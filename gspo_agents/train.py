@@ -207,16 +207,18 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     if process.rank == 0:  # the rollouts' budgets (rank 0's alone), before any cold start
         lengths = measure_prompts(cfg, env, tasks, load_tokenizer(base_model_dir(cfg)))
         cfg = fit_to_prompts(cfg, lengths, explicit)
+    # the judging sandbox before the run dir: a missing Docker daemon leaves no stub run behind
+    sandbox = build_sandbox(cfg, cfg.env.name) if process.rank == 0 else None
     owned = (
         rundir.own_run_dir(Path(cfg.trainer.run_dir), cfg.trainer.resume, cfg)
         if process.rank == 0
         else contextlib.nullcontext(False)
     )
     with owned as resume:
-        return _run(cfg, process, resume, env, tasks)
+        return _run(cfg, process, resume, env, tasks, sandbox)
 
 
-def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict:
+def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox=None) -> dict:
     from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
     from gspo_agents.models import load_tokenizer
@@ -235,7 +237,6 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
     start_step = rundir.resume_from_checkpoint(learner, run_dir) if resume else 0
-    sandbox = build_sandbox(cfg, cfg.env.name)
     engine = build_engine(cfg, model_dir, t.seed)
     tracker = RunTracker(
         run_dir,

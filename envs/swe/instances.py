@@ -89,7 +89,9 @@ def load_instances(path: str | Path) -> list[Instance]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise TaskError(f"{path}:{number}: not a JSON object ({exc}); one instance per line (docs/swe.md)") from exc
+                    raise TaskError(
+                        f"{path}:{number}: not a JSON object ({exc}); one instance per line (docs/swe.md)"
+                    ) from exc
     out = [
         parse_instance(row, base_dir=path.parent, where=f"{path}:{i + 1}")
         for i, row in enumerate(rows)
