@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,9 @@ class TrainerConfig:
     resume_with_changes: bool = False  # resume although settings differ (both configs kept)
     max_failed_steps: int = 3  # stop after this many steps in a row that trained nothing
     async_rollouts: bool = False  # overlap generation of step k+1 with the update of step k
+    # pass@1 / pass@k (eval.k samples) on env.test_split every N steps and after the last;
+    # 0: off. The first eval.max_tasks tasks at eval.temperature; eval/* in metrics.jsonl
+    eval_every_steps: int = 0
     run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"  # checkpoints, logs
     sft: SFTConfig = field(default_factory=SFTConfig)  # the cold start
 
@@ -175,6 +179,7 @@ class LoggerConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
     wandb_project: str = "gspo-agents"  # the wandb project runs log to
     console_every_steps: int = 1  # one console line every N steps (and the last)
+    tensorboard: bool = False  # also write TensorBoard event files to RUN_DIR/tensorboard
     samples_every_steps: int = 10  # RUN_DIR/samples/stepN.jsonl every N steps (and the last)
     samples_per_step: int = 4  # trajectories saved per such step (0: no samples at all)
 
@@ -255,6 +260,7 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "warmup_steps"),
     ("trainer", "logprob_chunk_tokens"),
     ("trainer", "max_failed_steps"),
+    ("trainer", "eval_every_steps"),
     ("logger", "console_every_steps"),
     ("logger", "samples_every_steps"),
     ("logger", "samples_per_step"),
@@ -287,6 +293,13 @@ def check_choices(cfg: Any) -> None:
             raise ConfigError(
                 f"{group}.{key}={value!r} is not valid; choose one of {', '.join(valid)}.{hint}"
             )
+    if cfg.logger.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(
+            "logger.tensorboard=true needs the tensorboard package: pip install tensorboard "
+            "(or pip install -e '.[tensorboard]')"
+        )
+    if cfg.trainer.eval_every_steps and not cfg.eval.k >= 1:
+        raise ConfigError(f"eval.k must be >= 1 for trainer.eval_every_steps, got {cfg.eval.k}")
     if cfg.rollout.num_samples_per_task < 2:
         raise ConfigError(
             f"rollout.num_samples_per_task={cfg.rollout.num_samples_per_task}: GSPO's advantages "

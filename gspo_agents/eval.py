@@ -93,6 +93,56 @@ def score_groups(groups, k: int, report: EvalReport) -> EvalReport:
     return report
 
 
+def eval_metrics(report: EvalReport) -> dict[str, float]:
+    """The `eval/*` metrics of a report (in metrics.jsonl, the console, the plots, TensorBoard)."""
+    return {
+        "eval/pass@1": report.pass_at_1,
+        "eval/pass@k": report.pass_at_k,
+        "eval/k": float(report.k),
+        "eval/num_tasks": float(report.num_tasks),
+        "eval/errors": float(report.num_errors),
+    }
+
+
+class HeldOutEval:
+    """`trainer.eval_every_steps=N`: the env's held-out split (env.test_split, the first
+    eval.max_tasks tasks) sampled eval.k times per task at eval.temperature with the engine's
+    current weights, every N steps and after the last. Its own rollout manager on the training
+    engine, made per evaluation, so it starts at the engine's weight version."""
+
+    def __init__(self, cfg: DictConfig, env, env_factory, tokenizer) -> None:
+        self.every = cfg.trainer.eval_every_steps
+        self.last_step = cfg.trainer.steps
+        self.tasks = env.load_tasks(cfg.env.test_split)[: cfg.eval.max_tasks or None]
+        if not self.tasks:
+            raise ConfigError(
+                f"trainer.eval_every_steps={self.every}: env {cfg.env.name} has no tasks in its "
+                f"held-out split env.test_split={cfg.env.test_split}; set another split or "
+                "trainer.eval_every_steps=0"
+            )
+        rollout = OmegaConf.to_container(cfg.rollout, resolve=True)
+        rollout.update(num_samples_per_task=cfg.eval.k, temperature=cfg.eval.temperature)
+        self.rollout = rollout
+        self.env_factory, self.tokenizer = env_factory, tokenizer
+        self.name, self.split, self.k = cfg.env.name, cfg.env.test_split, cfg.eval.k
+
+    def due(self, step: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == self.last_step)
+
+    async def run(self, engine, step: int) -> dict[str, float]:
+        from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+
+        manager = RolloutManager(
+            engine, self.env_factory, self.tokenizer, RolloutConfig(**self.rollout)
+        )
+        try:
+            groups = (await manager.collect(self.tasks)).groups
+        finally:
+            await manager.aclose()
+        report = EvalReport(self.name, self.split, f"step{step}", self.k)
+        return eval_metrics(score_groups(groups, self.k, report))
+
+
 def resolve_eval_model(cfg: DictConfig) -> str:
     from gspo_agents.models import ModelConfig, resolve_model
 

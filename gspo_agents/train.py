@@ -37,6 +37,7 @@ from gspo_agents.tracking import RunTracker
 # loads (tests/test_cli_fast.py proves the import stays out).
 
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
+CONSOLE_KEYS += ["eval/pass@1", "eval/pass@k"]  # on the steps with a held-out evaluation
 
 
 def build_learner(cfg: DictConfig, model_dir: str):
@@ -76,7 +77,9 @@ def build_learner(cfg: DictConfig, model_dir: str):
     return Learner(model_dir, learner_cfg)
 
 
-async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int):
+async def training_loop(
+    cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int, held_out=None
+):
     """Consumes task rows; produces one optimizer update per step and fresh engine weights.
 
     Waits on the rollout manager (generation + env steps) and then on the learner. SIGINT or
@@ -114,6 +117,8 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                     untrained is not None,
                 )
                 step += 1
+                if held_out is not None and held_out.due(step):  # trainer.eval_every_steps
+                    metrics.update(await held_out.run(manager.engine, step))
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
                 errors.after_step(step, report, untrained, groups=result.groups)
@@ -248,20 +253,29 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
         resume=start_step > 0,
         console_every_steps=cfg.logger.console_every_steps,
         start_step=start_step,
+        tensorboard=cfg.logger.tensorboard,
     )
     print(
         f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)",
         file=sys.stderr,
     )
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
-    manager = RolloutManager(engine, build_env_factory(cfg, sandbox), tokenizer, rollout_cfg)
+    env_factory = build_env_factory(cfg, sandbox)
+    manager = RolloutManager(engine, env_factory, tokenizer, rollout_cfg)
+    held_out = None
+    if t.eval_every_steps:
+        from gspo_agents.eval import HeldOutEval
+
+        held_out = HeldOutEval(cfg, env, env_factory, tokenizer)
 
     async def main_async():
         try:
             if start_step:
                 weights = learner.export_hf(str(run_dir / "weights" / f"step{start_step}"))
                 await manager.update_weights(weights, version=start_step)
-            return await training_loop(cfg, learner, manager, tasks, tracker, run_dir, start_step)
+            return await training_loop(
+                cfg, learner, manager, tasks, tracker, run_dir, start_step, held_out
+            )
         finally:
             await manager.aclose()
             await engine.close()

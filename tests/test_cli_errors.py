@@ -19,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def python(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def python(
+    *args: str, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
     return subprocess.run(
