@@ -33,8 +33,8 @@ from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
 from gspo_agents.tracking import RunTracker
 
 # Modules that import torch (trajectory, batching, models, ...) are imported inside the functions
-# that use them: `python -m gspo_agents.train trainer.total_stpes=5` is rejected before torch
-# loads (tests/test_cli_fast.py proves the import stays out).
+# that use them: `python -m gspo_agents.train trainer.total_steps=5` is rejected before torch
+# loads (tests/test_cli_errors.py proves the import stays out).
 
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
 CONSOLE_KEYS += ["eval/pass@1", "eval/pass@k"]  # on the steps with a held-out evaluation
