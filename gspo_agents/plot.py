@@ -25,8 +25,10 @@ PANELS = {
         "held-out pass@1 and pass@k (eval.k samples per task)",
     ),
     "tool_calls": (  # tool envs only
-        ["rollout/env/parse_ok_frac", "rollout/env/tool_calls", "rollout/num_turns_mean"],
-        "tool-call parse rate, calls and turns per episode",
+        # tool_calls first: it is there whenever the env has tools (parse_ok_frac only when
+        # some episode attempted a call)
+        ["rollout/env/tool_calls", "rollout/env/parse_ok_frac", "rollout/num_turns_mean"],
+        "tool calls, parse rate and turns per episode",
     ),
 }
 
