@@ -22,6 +22,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
 from envs.base import TextEnv
+from envs.errors import UnknownEnv
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def resolve_id(name_or_id: str) -> str:
         return env_id
     if load_plugins(rescan=True) and env_id in gym.registry:  # installed since we last looked
         return env_id
-    raise ValueError(_unknown_message(name_or_id))
+    raise UnknownEnv(_unknown_message(name_or_id))
 
 
 def _unknown_message(name: str) -> str:

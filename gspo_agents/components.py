@@ -133,7 +133,9 @@ async def check_engine_answers(cfg: DictConfig) -> None:
     finally:
         await engine.close()
     if not healthy:
-        raise RuntimeError(
+        from gspo_agents.rollout.engine import EngineUnavailable
+
+        raise EngineUnavailable(
             f"no SGLang worker answers at engine.urls={list(cfg.engine.urls)} (GET /health "
             f"within engine.connect_timeout_s={cfg.engine.connect_timeout_s}); start them with "
             "`python -m sglang.launch_server --model-path ... --port ...` (or "

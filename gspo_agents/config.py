@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,17 +31,17 @@ class EnvConfig:
         "arithmetic"  # short name (arithmetic, math, mathtool, codeforces) or a Gymnasium id
     )
     kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the env constructor
-    train_split: str = "train"
-    test_split: str = "test"
-    max_train_tasks: int | None = None
+    train_split: str = "train"  # the split training samples tasks from
+    test_split: str = "test"  # the held-out split
+    max_train_tasks: int | None = None  # use only the first N training tasks (null: all)
 
 
 @dataclass
 class ModelConfig:
     name: str = "tiny"  # tiny | tiny-agent | tiny-moe | hf
     path: str | None = None  # an HF directory; required when name=hf
-    cache_dir: str = "~/.cache/gspo-agents/models"
-    dtype: str = "float32"
+    cache_dir: str = "~/.cache/gspo-agents/models"  # where tiny models are built once
+    dtype: str = "float32"  # the learner's parameter dtype: float32 | bfloat16
 
 
 @dataclass
@@ -49,8 +50,8 @@ class EngineConfig:
     urls: list[str] = field(default_factory=list)  # sglang: worker URLs or one router URL
     max_batch_size: int = 64  # local engine
     dtype: str = "float32"  # local engine: float32 | bfloat16 (a bf16 engine vs an fp32 trainer)
-    connect_timeout_s: float = 5.0
-    request_timeout_s: float = 600.0
+    connect_timeout_s: float = 5.0  # sglang: per-request connect timeout and /health wait
+    request_timeout_s: float = 600.0  # sglang: one /generate request, start to end
     # how the trainer's pause around every weight update treats in-flight generations (SGLang's
     # /pause_generation modes; the local engine honours them too). abort: they return and resume
     # as new requests under the new weights; in_place / retract: the engine keeps them through
@@ -61,14 +62,14 @@ class EngineConfig:
     # on GPU, gloo on CPU) in buckets of update_bucket_mb, as slime and verl do; the directory is
     # still written, for checkpoints and for replaying the update to a worker that missed it.
     update_mode: str = "disk"
-    update_bucket_mb: float = 512.0
+    update_bucket_mb: float = 512.0  # nccl updates: tensors sent per broadcast bucket
 
 
 @dataclass
 class SandboxConfig:
     backend: str = "auto"  # auto | docker | bubblewrap | namespaces | unsafe-local | remote
     max_concurrency: int = 4  # runs in flight (remote: over all services together)
-    allow_unsafe_local: bool = False
+    allow_unsafe_local: bool = False  # permit backend=unsafe-local (NO isolation)
     # remote: `python -m sandbox serve` instances or their load balancer; token: GSPO_SANDBOX_TOKEN.
     # Tool envs' sessions (CodeAgent-v0, MathTool-v1) go to the same services.
     urls: list[str] = field(default_factory=list)
@@ -81,11 +82,13 @@ class AlgorithmConfig:
     name: str = "gspo"  # gspo | gspo_token | grpo
     eps_low: float | None = None  # None: the algorithm's default (GSPO 3e-4, GRPO 0.2)
     eps_high: float | None = None  # None: the algorithm's default (GSPO 4e-4, GRPO 0.27)
-    filter_zero_spread_groups: bool = True
+    filter_zero_spread_groups: bool = True  # groups whose rewards all agree leave the batch
     # GSPO-token's per-turn credit: discount of the returns-to-go over turn rewards
     turn_discount: float = 1.0
     normalize_std: bool = True  # advantages divided by the group's reward std (false: Dr. GRPO)
-    loss_agg: str = "seq-mean-token-mean"  # | token-mean | seq-mean-token-sum[-norm]
+    loss_agg: str = (
+        "seq-mean-token-mean"  # loss aggregation; | token-mean | seq-mean-token-sum[-norm]
+    )
     clip_ratio_c: float | None = None  # dual clip (> 1) of token ratios when A < 0 (grpo)
     kl_coef: float = 0.0  # penalty on KL to a frozen reference (the cold-start model)
     kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)
@@ -95,7 +98,7 @@ class AlgorithmConfig:
     seq_mask_bound: float | None = None  # drop sequences with |seq log-ratio| above this
     seq_is_ratio: str = "geometric"  # sequence IS weight: geometric (mean) | product (sum)
     routing_replay: bool = False  # MoE: replay the old policy's experts in the trainer
-    routing_replay_source: str = "trainer"  # | engine: the engine's routes (behind pi_old)
+    routing_replay_source: str = "trainer"  # whose routes replay uses: trainer | engine (pi_old's)
     dynamic_sampling_rounds: int = 0  # extra rollout rounds to replace zero-spread groups
     overlong_filter: bool = False  # drop trajectories cut by a length budget from the loss
     overlong_penalty: float = 0.0  # subtracted from the reward of a length-cut trajectory
@@ -120,7 +123,9 @@ def hydra_schema(record: type, **defaults: Any) -> type:
         return field(default=f.default)
 
     fields = [(f.name, hints[f.name], copy(f)) for f in dataclasses.fields(record)]
-    return dataclasses.make_dataclass(record.__name__, fields, namespace={"__module__": __name__})
+    # _source_record: where --help reads the fields' descriptions (gspo_agents/cli_help.py)
+    namespace = {"__module__": __name__, "_source_record": record}
+    return dataclasses.make_dataclass(record.__name__, fields, namespace=namespace)
 
 
 if TYPE_CHECKING:
@@ -133,44 +138,48 @@ else:  # the manager's RolloutConfig, with the seed following trainer.seed (null
 class SFTConfig:
     """Cold start: a short supervised stage on the env's reference answers, cached by content."""
 
-    enabled: bool = True
-    steps: int = 150
-    batch_size: int = 32
-    lr: float = 3e-3
-    max_examples: int = 2000
+    enabled: bool = True  # cold-start on the env's reference answers before RL
+    steps: int = 150  # SFT optimizer steps
+    batch_size: int = 32  # examples per SFT step
+    lr: float = 3e-3  # SFT learning rate
+    max_examples: int = 2000  # reference examples used at most
 
 
 @dataclass
 class TrainerConfig:
-    steps: int = 60
-    tasks_per_step: int = 8
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    max_grad_norm: float = 1.0
-    num_minibatches: int = 4
+    steps: int = 60  # GSPO steps (each: rollouts, then num_minibatches updates)
+    tasks_per_step: int = 8  # tasks per step (each sampled num_samples_per_task times)
+    lr: float = 1e-3  # AdamW learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    warmup_steps: int = 0  # linear learning-rate warmup, in optimizer steps
+    max_grad_norm: float = 1.0  # gradient-norm clip
+    num_minibatches: int = 4  # optimizer steps per rollout batch
     ppo_epochs: int = 1  # passes over each rollout batch (num_minibatches steps each)
     micro_batch_tokens: int = 8192  # tokens per forward/backward (docs/sizing.md)
     share_prompt_prefix: bool = True  # a group's shared prompt forwarded once (1 process, dense)
     logprob_chunk_tokens: int = 1024  # output layer positions at a time (0: full logits)
     packing: str = "auto"  # padding-free micro-batches: auto (varlen/flex attention), on, off
     activation_checkpointing: bool = False  # recompute each decoder layer in backward
-    nproc: int = 1
-    seed: int = 0
+    nproc: int = 1  # learner processes (FSDP2 ranks; >1 relaunches under torchrun)
+    seed: int = 0  # seeds tasks, sampling and init (rollout.seed follows it)
     save_every_steps: int = 25  # periodic checkpoints (0: only at the end or an interrupt)
     resume: bool = True  # a run dir holding a checkpoint is resumed; false: moved aside first
     resume_with_changes: bool = False  # resume although settings differ (both configs kept)
     max_failed_steps: int = 3  # stop after this many steps in a row that trained nothing
     async_rollouts: bool = False  # overlap generation of step k+1 with the update of step k
-    run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"
-    sft: SFTConfig = field(default_factory=SFTConfig)
+    # pass@1 / pass@k (eval.k samples) on env.test_split every N steps and after the last;
+    # 0: off. The first eval.max_tasks tasks at eval.temperature; eval/* in metrics.jsonl
+    eval_every_steps: int = 0
+    run_dir: str = "runs/${env.name}-${algorithm.name}-seed${trainer.seed}"  # checkpoints, logs
+    sft: SFTConfig = field(default_factory=SFTConfig)  # the cold start
 
 
 @dataclass
 class LoggerConfig:
     wandb_mode: str = "offline"  # offline | online | disabled
-    wandb_project: str = "gspo-agents"
-    console_every_steps: int = 1
+    wandb_project: str = "gspo-agents"  # the wandb project runs log to
+    console_every_steps: int = 1  # one console line every N steps (and the last)
+    tensorboard: bool = False  # also write TensorBoard event files to RUN_DIR/tensorboard
     samples_every_steps: int = 10  # RUN_DIR/samples/stepN.jsonl every N steps (and the last)
     samples_per_step: int = 4  # trajectories saved per such step (0: no samples at all)
 
@@ -180,11 +189,11 @@ class EvalConfig:
     """`python -m gspo_agents.eval`: which weights, which split, how many samples."""
 
     model_path: str | None = None  # an HF directory; default: eval.run_dir's latest, else model
-    run_dir: str | None = None
-    split: str = "test"
-    k: int = 4
-    temperature: float = 1.0
-    max_tasks: int | None = 100
+    run_dir: str | None = None  # a training run dir: evaluate its latest weights
+    split: str = "test"  # the env split to evaluate
+    k: int = 4  # samples per task: pass@1 averages them, pass@k from them
+    temperature: float = 1.0  # sampling temperature of the evaluation
+    max_tasks: int | None = 100  # the first N tasks of the split (null: all)
     out: str | None = None  # JSON path; default beside the run (see eval.eval_output_path)
     save_samples: bool = False  # every trajectory as text beside the report (.samples.jsonl)
 
@@ -251,6 +260,7 @@ MUST_BE_NON_NEGATIVE: tuple[tuple[str, str], ...] = (
     ("trainer", "warmup_steps"),
     ("trainer", "logprob_chunk_tokens"),
     ("trainer", "max_failed_steps"),
+    ("trainer", "eval_every_steps"),
     ("logger", "console_every_steps"),
     ("logger", "samples_every_steps"),
     ("logger", "samples_per_step"),
@@ -283,6 +293,13 @@ def check_choices(cfg: Any) -> None:
             raise ConfigError(
                 f"{group}.{key}={value!r} is not valid; choose one of {', '.join(valid)}.{hint}"
             )
+    if cfg.logger.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(
+            "logger.tensorboard=true needs the tensorboard package: pip install tensorboard "
+            "(or pip install -e '.[tensorboard]')"
+        )
+    if cfg.trainer.eval_every_steps and not cfg.eval.k >= 1:
+        raise ConfigError(f"eval.k must be >= 1 for trainer.eval_every_steps, got {cfg.eval.k}")
     if cfg.rollout.num_samples_per_task < 2:
         raise ConfigError(
             f"rollout.num_samples_per_task={cfg.rollout.num_samples_per_task}: GSPO's advantages "

@@ -19,8 +19,18 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from gspo_agents.cli import run_cli, user_errors_as_one_line
-from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.config import (
+    CONFIG_DIR,
+    ConfigError,
+    check_choices,
+    check_overrides,
+    register_schemas,
+)
 from gspo_agents.rundir import write_config
+
+
+class NoWeights(ConfigError):
+    """eval.model_path or eval.run_dir names no loadable weights; the message says which."""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -83,20 +93,76 @@ def score_groups(groups, k: int, report: EvalReport) -> EvalReport:
     return report
 
 
+def eval_metrics(report: EvalReport) -> dict[str, float]:
+    """The `eval/*` metrics of a report (in metrics.jsonl, the console, the plots, TensorBoard)."""
+    return {
+        "eval/pass@1": report.pass_at_1,
+        "eval/pass@k": report.pass_at_k,
+        "eval/k": float(report.k),
+        "eval/num_tasks": float(report.num_tasks),
+        "eval/errors": float(report.num_errors),
+    }
+
+
+class HeldOutEval:
+    """`trainer.eval_every_steps=N`: the env's held-out split (env.test_split, the first
+    eval.max_tasks tasks) sampled eval.k times per task at eval.temperature with the engine's
+    current weights, every N steps and after the last. Its own rollout manager on the training
+    engine, made per evaluation, so it starts at the engine's weight version."""
+
+    def __init__(self, cfg: DictConfig, env, env_factory, tokenizer) -> None:
+        self.every = cfg.trainer.eval_every_steps
+        self.last_step = cfg.trainer.steps
+        self.tasks = env.load_tasks(cfg.env.test_split)[: cfg.eval.max_tasks or None]
+        if not self.tasks:
+            raise ConfigError(
+                f"trainer.eval_every_steps={self.every}: env {cfg.env.name} has no tasks in its "
+                f"held-out split env.test_split={cfg.env.test_split}; set another split or "
+                "trainer.eval_every_steps=0"
+            )
+        rollout = OmegaConf.to_container(cfg.rollout, resolve=True)
+        rollout.update(num_samples_per_task=cfg.eval.k, temperature=cfg.eval.temperature)
+        self.rollout = rollout
+        self.env_factory, self.tokenizer = env_factory, tokenizer
+        self.name, self.split, self.k = cfg.env.name, cfg.env.test_split, cfg.eval.k
+
+    def due(self, step: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == self.last_step)
+
+    async def run(self, engine, step: int) -> dict[str, float]:
+        from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+
+        manager = RolloutManager(
+            engine, self.env_factory, self.tokenizer, RolloutConfig(**self.rollout)
+        )
+        try:
+            groups = (await manager.collect(self.tasks)).groups
+        finally:
+            await manager.aclose()
+        report = EvalReport(self.name, self.split, f"step{step}", self.k)
+        return eval_metrics(score_groups(groups, self.k, report))
+
+
 def resolve_eval_model(cfg: DictConfig) -> str:
     from gspo_agents.models import ModelConfig, resolve_model
 
     if cfg.eval.model_path:
         path = Path(cfg.eval.model_path).expanduser()
         if not (path / "config.json").exists():
-            raise ValueError(f"eval.model_path={path} is not an HF directory (no config.json)")
+            raise NoWeights(
+                f"eval.model_path={path} is not an HF directory (no config.json); point it at "
+                "a run's weights/stepN or another Hugging Face model directory"
+            )
         return str(path)
     if cfg.eval.run_dir:
         steps = sorted(
             Path(cfg.eval.run_dir, "weights").glob("step*"), key=lambda p: int(p.name[4:])
         )
         if not steps:
-            raise ValueError(f"eval.run_dir={cfg.eval.run_dir} has no exported weights/stepN")
+            raise NoWeights(
+                f"eval.run_dir={cfg.eval.run_dir} has no exported weights/stepN (a run writes them "
+                "after its first step); train it first, or give eval.model_path=DIR"
+            )
         return str(steps[-1])
     return resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
 
@@ -201,5 +267,10 @@ def main(cfg: DictConfig) -> None:
     print(f"wrote {out}", file=sys.stderr)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`gspo-eval` / `python -m gspo_agents.eval`."""
     run_cli(main, check_overrides)
+
+
+if __name__ == "__main__":
+    cli()

@@ -20,9 +20,15 @@ PANELS = {
     "ratio_spread": (["ratio_max", "ratio_min"], "importance ratio max / min"),
     "expert_volatility": (["expert_volatility"], "expert-activation volatility"),
     "loss": (["loss"], "policy loss"),
+    "eval": (  # trainer.eval_every_steps only
+        ["eval/pass@1", "eval/pass@k"],
+        "held-out pass@1 and pass@k (eval.k samples per task)",
+    ),
     "tool_calls": (  # tool envs only
-        ["rollout/env/parse_ok_frac", "rollout/env/tool_calls", "rollout/num_turns_mean"],
-        "tool-call parse rate, calls and turns per episode",
+        # tool_calls first: it is there whenever the env has tools (parse_ok_frac only when
+        # some episode attempted a call)
+        ["rollout/env/tool_calls", "rollout/env/parse_ok_frac", "rollout/num_turns_mean"],
+        "tool calls, parse rate and turns per episode",
     ),
 }
 

@@ -71,7 +71,13 @@ class RunDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunDirLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # e.g. under /proc or /sys, where access() says yes to root
+            raise RunDirError(
+                f"trainer.run_dir={self.path.parent} cannot be created ({exc.strerror}); choose "
+                "another directory with trainer.run_dir=..."
+            ) from exc
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -66,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
     )
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--debug", action="store_true", help="full tracebacks for errors")
     return p.parse_args(argv)
 
 
@@ -81,6 +82,7 @@ async def serve(args: argparse.Namespace) -> None:
     from gspo_agents.rollout.local_engine import LocalEngine
     from gspo_agents.rollout.server import build_app
 
+    sock = bind_port(args.host, args.port)  # before the model loads: a busy port fails at once
     path = resolve_path(args)
     engine = LocalEngine(
         path,
@@ -95,9 +97,6 @@ async def serve(args: argparse.Namespace) -> None:
         tokenizer = load_tokenizer(path)
     except (OSError, ValueError):
         tokenizer = None  # responses carry ids and log-probs; text stays empty
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
         build_app(
@@ -118,6 +117,24 @@ async def serve(args: argparse.Namespace) -> None:
     finally:
         ready.cancel()
         await engine.close()
+
+
+class PortInUse(OSError):
+    """The port cannot be bound; the message names it and the `--port` fix."""
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PortInUse(
+            f"cannot listen on {host}:{port} ({exc.strerror}): another server holds it? "
+            "choose another with --port N (--port 0: any free port)"
+        ) from exc
+    return sock
 
 
 async def _announce(server, host: str, port: int) -> None:
@@ -207,7 +224,13 @@ def launch(
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
-    asyncio.run(serve(args))
+    try:
+        asyncio.run(serve(args))
+    except PortInUse as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -181,13 +181,14 @@ def ensure_cold_start(
     if (out / "config.json").exists():
         log(f"cold start: reusing cached SFT model {out}")
         return str(out)
-    log(f"cold start: SFT on {env_name} reference answers ({sft_cfg['steps']} steps) -> {out}")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tasks = env.load_tasks(train_split)
     random.Random(seed).shuffle(tasks)
+    # before the announcement: an env without reference answers gets "no cold start" alone
     examples = build_examples(env, tokenizer, tasks, sft_cfg["max_examples"])
+    log(f"cold start: SFT on {env_name} reference answers ({sft_cfg['steps']} steps) -> {out}")
     log(describe_examples(examples, len(tasks[: sft_cfg["max_examples"]])))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     train_sft(
         model,
         examples,

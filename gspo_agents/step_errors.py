@@ -106,11 +106,45 @@ def untrained_reason(groups: list[list[Trajectory]], metrics: dict) -> str | Non
         return (
             f"zero reward spread: in every group all samples scored the same (rewards: {shown})"
             f"{cut_note}; GSPO learns only from reward differences within a group"
+            f"{episode_evidence(scored)}"
         )
     return (
         "every trajectory with reward spread was cut by a length budget and left out of the "
         "loss (algorithm.overlong_filter=true)"
     )
+
+
+def episode_evidence(trajs: list[Trajectory]) -> str:
+    """What tool episodes did, from the envs' counters (`env_metrics`): the tool calls attempted,
+    parsed and run, and for graded envs how many were graded (tests run) and resolved; "" for
+    envs without tools. Says why a tool or SWE step scored 0 without opening the samples."""
+    counters = [t.info.get("env_metrics") or {} for t in trajs]
+    if not any("tool_call_attempts" in c for c in counters):
+        return ""
+    n = len(trajs)
+
+    def total(key: str) -> int:
+        return int(sum(c.get(key, 0) for c in counters))
+
+    attempted = total("tool_call_attempts")
+    calling = sum(c.get("tool_call_attempts", 0) > 0 for c in counters)
+    parts = [
+        f"tool calls: {attempted} attempted in {calling}/{n} episodes, "
+        f"{attempted - total('parse_failures')} parsed, {total('tool_calls')} ran"
+    ]
+    if "resolved" in set().union(*counters):
+        last = [(t.info.get("turn_infos") or [{}])[-1] for t in trajs]
+        graded = sum(i.get("grade_reason", "not graded") != "not graded" for i in last)
+        parts.append(
+            f"{total('submitted')}/{n} submitted, tests run in {graded}/{n}, "
+            f"{total('resolved')}/{n} resolved"
+        )
+    if not attempted:
+        parts.append(
+            "no episode called a tool: the model does not use the tool-call format yet "
+            "(a cold start on the env's reference episodes teaches it; see trainer.sft)"
+        )
+    return " (" + "; ".join(parts) + ")"
 
 
 def _unscored(trajs: list[Trajectory]) -> str:

@@ -1,7 +1,9 @@
-"""Run tracking: per-step metrics as JSONL in the run directory, wandb, and a console line.
+"""Run tracking: per-step metrics as JSONL in the run directory, wandb, TensorBoard, and a
+console line.
 
 The JSONL file is the source of truth (plots and tests read it); wandb mirrors it, offline by
-default so nothing leaves the machine unless the user asks (`logger.wandb_mode=online`).
+default so nothing leaves the machine unless the user asks (`logger.wandb_mode=online`);
+`logger.tensorboard=true` mirrors it as event files in RUN_DIR/tensorboard.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class RunTracker:
         resume: bool = False,
         console_every_steps: int = 1,
         start_step: int = 0,
+        tensorboard: bool = False,
     ) -> None:
         """`resume`: continue the run's metrics.jsonl (time_s goes on from its last row) and its
         wandb run (same id); otherwise metrics.jsonl must not exist yet (train.py moves an old
@@ -54,6 +57,7 @@ class RunTracker:
             self._wandb = _start_wandb(
                 self.run_dir, config, wandb_mode, wandb_project, run_name, run_id
             )
+        self._tensorboard = _start_tensorboard(self.run_dir, start_step) if tensorboard else None
         self._start = time.monotonic()  # after wandb's start-up, which is not a training step
         self._progress = Progress(total_steps, done_before=start_step)
 
@@ -71,6 +75,11 @@ class RunTracker:
             self._wandb.log(
                 {k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step
             )
+        if self._tensorboard is not None:
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self._tensorboard.add_scalar(key, value, global_step=step)
+            self._tensorboard.flush()
 
     def console(self, step: int, metrics: dict[str, Any], keys: list[str]) -> None:
         """One line every `console_every_steps` steps (and at the last): the step, time, ETA
@@ -89,9 +98,24 @@ class RunTracker:
 
     def close(self) -> None:
         self._file.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+TENSORBOARD_DIR = "tensorboard"
+
+
+def _start_tensorboard(run_dir: Path, start_step: int):
+    """A SummaryWriter on RUN_DIR/tensorboard; a resumed run drops events after its checkpoint's
+    step (purge_step), so a rerun of lost steps does not draw them twice."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    purge = start_step + 1 if start_step else None
+    return SummaryWriter(str(run_dir / TENSORBOARD_DIR), purge_step=purge)
 
 
 class Progress:

@@ -18,11 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from gspo_agents import rundir, samples
-from gspo_agents.batching import (
-    prepare_batch,
-    tasks_for_step,
-)
+from gspo_agents import rundir
 from gspo_agents.components import (
     base_model_dir,
     build_engine,
@@ -34,12 +30,14 @@ from gspo_agents.components import (
 from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
-from gspo_agents.models import load_tokenizer
-from gspo_agents.refill import refill_groups
-from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 from gspo_agents.tracking import RunTracker
 
+# Modules that import torch (trajectory, batching, models, ...) are imported inside the functions
+# that use them: `python -m gspo_agents.train trainer.total_steps=5` is rejected before torch
+# loads (tests/test_cli_errors.py proves the import stays out).
+
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
+CONSOLE_KEYS += ["eval/pass@1", "eval/pass@k"]  # on the steps with a held-out evaluation
 
 
 def build_learner(cfg: DictConfig, model_dir: str):
@@ -79,13 +77,19 @@ def build_learner(cfg: DictConfig, model_dir: str):
     return Learner(model_dir, learner_cfg)
 
 
-async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int):
+async def training_loop(
+    cfg, learner, manager, tasks, tracker, run_dir: Path, start_step: int, held_out=None
+):
     """Consumes task rows; produces one optimizer update per step and fresh engine weights.
 
     Waits on the rollout manager (generation + env steps) and then on the learner. SIGINT or
     SIGTERM end the loop after the current step (a second one abandons its rollouts); either
     way a checkpoint of the last completed step is written.
     """
+    from gspo_agents import samples
+    from gspo_agents.batching import tasks_for_step
+    from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
+
     t = cfg.trainer
     step = start_step
     errors = RunErrors(t.max_failed_steps, rundir.log_only, trained_before=start_step > 0)
@@ -113,6 +117,8 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
                     untrained is not None,
                 )
                 step += 1
+                if held_out is not None and held_out.due(step):  # trainer.eval_every_steps
+                    metrics.update(await held_out.run(manager.engine, step))
                 tracker.log(step, metrics)
                 tracker.console(step, metrics, CONSOLE_KEYS)
                 errors.after_step(step, report, untrained, groups=result.groups)
@@ -133,6 +139,9 @@ async def training_loop(cfg, learner, manager, tasks, tracker, run_dir: Path, st
 async def collect_step(manager, tasks, step: int, t, cfg=None):
     """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now;
     with `algorithm.dynamic_sampling_rounds` (sync mode only) zero-spread groups are refilled."""
+    from gspo_agents.batching import tasks_for_step
+    from gspo_agents.refill import refill_groups
+
     if not t.async_rollouts:
         result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
         if cfg is not None and cfg.algorithm.dynamic_sampling_rounds:
@@ -148,6 +157,8 @@ async def collect_step(manager, tasks, step: int, t, cfg=None):
 
 async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) -> dict:
     """Advantages, the GSPO update and the engine's new weights for one step's rollouts."""
+    from gspo_agents.batching import prepare_batch
+
     metrics = dict(result.metrics)
     a = cfg.algorithm
     prepared = prepare_batch(
@@ -188,6 +199,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
     import envs
     from gspo_agents.learner.parallel import init_process
+    from gspo_agents.models import load_tokenizer
 
     explicit = explicit_keys(overrides or [])
     cfg = apply_env_sizing(cfg, explicit)
@@ -200,18 +212,21 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     if process.rank == 0:  # the rollouts' budgets (rank 0's alone), before any cold start
         lengths = measure_prompts(cfg, env, tasks, load_tokenizer(base_model_dir(cfg)))
         cfg = fit_to_prompts(cfg, lengths, explicit)
+    # the judging sandbox before the run dir: a missing Docker daemon leaves no stub run behind
+    sandbox = build_sandbox(cfg, cfg.env.name) if process.rank == 0 else None
     owned = (
         rundir.own_run_dir(Path(cfg.trainer.run_dir), cfg.trainer.resume, cfg)
         if process.rank == 0
         else contextlib.nullcontext(False)
     )
     with owned as resume:
-        return _run(cfg, process, resume, env, tasks)
+        return _run(cfg, process, resume, env, tasks, sandbox)
 
 
-def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict:
+def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox=None) -> dict:
     from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
+    from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
     t = cfg.trainer
@@ -227,7 +242,6 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
     start_step = rundir.resume_from_checkpoint(learner, run_dir) if resume else 0
-    sandbox = build_sandbox(cfg, cfg.env.name)
     engine = build_engine(cfg, model_dir, t.seed)
     tracker = RunTracker(
         run_dir,
@@ -239,25 +253,29 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict]) -> dict
         resume=start_step > 0,
         console_every_steps=cfg.logger.console_every_steps,
         start_step=start_step,
+        tensorboard=cfg.logger.tensorboard,
     )
     print(
         f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)",
         file=sys.stderr,
     )
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
-    manager = RolloutManager(
-        engine,
-        build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None)),
-        tokenizer,
-        rollout_cfg,
-    )
+    env_factory = build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None))
+    manager = RolloutManager(engine, env_factory, tokenizer, rollout_cfg)
+    held_out = None
+    if t.eval_every_steps:
+        from gspo_agents.eval import HeldOutEval
+
+        held_out = HeldOutEval(cfg, env, env_factory, tokenizer)
 
     async def main_async():
         try:
             if start_step:
                 weights = learner.export_hf(str(run_dir / "weights" / f"step{start_step}"))
                 await manager.update_weights(weights, version=start_step)
-            return await training_loop(cfg, learner, manager, tasks, tracker, run_dir, start_step)
+            return await training_loop(
+                cfg, learner, manager, tasks, tracker, run_dir, start_step, held_out
+            )
         finally:
             await manager.aclose()
             await engine.close()
@@ -281,12 +299,15 @@ register_schemas()
 
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from gspo_agents.cli import user_errors_as_one_line
+
+    with user_errors_as_one_line():
+        check_choices(cfg)  # before torch loads; again after the env's sizing in run()
     quiet_libraries()
     if cfg.trainer.nproc > 1 and "RANK" not in os.environ:
         from gspo_agents.learner_group import relaunch_under_torchrun
 
         sys.exit(relaunch_under_torchrun(cfg.trainer.nproc, sys.argv[1:]))
-    from gspo_agents.cli import user_errors_as_one_line
     from gspo_agents.learner_group import announce_rank0
 
     announce_rank0()
@@ -299,9 +320,11 @@ def cli() -> None:
     """`python -m gspo_agents.train`: overrides checked first (with a did-you-mean), then Hydra;
     user errors end in one clear line, not a traceback."""
     from gspo_agents.cli import run_cli
-    from gspo_agents.learner.parallel import launched_by_torchrun, run_then_exit
 
-    if launched_by_torchrun():  # a learner rank: no interpreter finalization (see run_then_exit)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched_by_torchrun (no torch yet)
+        from gspo_agents.learner.parallel import run_then_exit
+
+        # a learner rank: no interpreter finalization (see run_then_exit)
         run_then_exit(lambda: run_cli(main, check_overrides))
     run_cli(main, check_overrides)
 

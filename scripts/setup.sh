@@ -15,13 +15,17 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 FLAGS=" $* "
 
+# pip without -q: on a fresh machine the installs take minutes (torch alone is ~200 MB), and its
+# "Collecting ... / Downloading ..." lines are the progress display.
 python_packages() {
   if ! "$PY" -c "import torch" 2>/dev/null; then
+    echo "setup: [1/3] CPU PyTorch (the largest download; minutes on a fresh machine)" >&2
     # Pin a CPU build: an unpinned `torch` pulls a multi-GB CUDA build.
-    "$PY" -m pip install -q "torch==2.13.0" 2>/dev/null \
-      || "$PY" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+    "$PY" -m pip install "torch==2.13.0" \
+      || "$PY" -m pip install torch --index-url https://download.pytorch.org/whl/cpu
   fi
-  "$PY" -m pip install -q -e ".[dev]"
+  echo "setup: [2/3] gspo-agents and its test extras (pip install -e '.[dev]')" >&2
+  "$PY" -m pip install -e ".[dev]"
   # SGLang's request classes for the conformance test, outside this environment (see the script).
   if [[ "${CI:-}" == "true" ]] || [[ "$FLAGS" == *" --sglang-conformance "* ]]; then
     PYTHON="$PY" bash scripts/setup_sglang_conformance.sh
@@ -51,5 +55,8 @@ sandbox() {
 }
 
 [[ "$FLAGS" == *" --sandbox-only "* ]] || python_packages
-[[ "$FLAGS" == *" --no-sandbox "* ]] || sandbox
-echo "setup done: try 'python -m gspo_agents.train' (CPU, tiny model) or 'python -m pytest -q'"
+if [[ "$FLAGS" != *" --no-sandbox "* ]]; then
+  echo "setup: [3/3] the sandbox (Docker, bubblewrap, the offline-built image; minutes the first time)" >&2
+  sandbox
+fi
+echo "setup done: try 'python -m gspo_agents.train' (CPU, tiny model) or 'python -m pytest -q -m \"not slow\"' (the fast tests)"

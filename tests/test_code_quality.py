@@ -48,6 +48,7 @@ def test_ruff_format_is_clean():
     assert_clean(proc, "`ruff format .` (or `ruff format <file>` for the files listed above)")
 
 
+@pytest.mark.slow  # ~120 s on a cold cache under load; ruff stays in the fast tier
 def test_mypy_is_clean():
     # The checked packages and per-module settings live in [tool.mypy]; a cold cache takes
     # ~15-30 s on 2 cores, a warm one (.mypy_cache) ~2 s.

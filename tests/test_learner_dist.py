@@ -59,6 +59,7 @@ def test_two_gloo_processes_train_like_one(dense_dir, tmp_path):
         torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
 
 
+@pytest.mark.slow  # 60-120 s under load; the fast tier keeps test_two_gloo_processes_train_like_one
 def test_chunked_packed_fsdp2_trains_like_todays_single_process(dense_dir, tmp_path):
     # today's path (full logits, padded rows) in one process against the new one on 2 ranks: the
     # output layer chunked inside the root module's forward (its weight gathered by FSDP2) and
@@ -97,6 +98,7 @@ def test_sigkill_mid_training_then_resume_matches_uninterrupted(dense_dir, tmp_p
         assert torch.equal(w1[k], w2[k]), k
 
 
+@pytest.mark.slow  # 60-120 s under load; the fast tier keeps test_two_gloo_processes_train_like_one
 def test_off_policy_options_under_fsdp2_train_like_one_process(dense_dir, tmp_path):
     # decoupled anchor (recomputed on the sharded model, all-reduced), truncated IS weights and
     # token-mean aggregation (a global token count) give the single-process step on 2 ranks
@@ -114,6 +116,7 @@ def test_off_policy_options_under_fsdp2_train_like_one_process(dense_dir, tmp_pa
         torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
 
 
+@pytest.mark.slow  # 60-120 s under load; the fast tier keeps test_two_gloo_processes_train_like_one
 def test_kl_entropy_and_ppo_epochs_under_fsdp2_train_like_one_process(dense_dir, tmp_path):
     # the frozen reference is sharded like the policy; its log-probs are all-reduced
     common = ["--model", dense_dir, "--steps", "2", "--micro-batch-tokens", "24"]

@@ -268,6 +268,7 @@ def test_entropy_bonus_reaches_the_loss_through_the_learner(dense_dir):
     assert m["loss"] == pytest.approx(-sum(adv) / N - 0.01 * sum(seq) / N, rel=1e-4, abs=1e-6)
 
 
+@pytest.mark.slow  # 44 s under load (a full suite test)
 def test_ppo_epochs_is_that_many_passes_against_the_same_anchor(dense_dir):
     cfg = replace(CFG, num_minibatches=2)
     twice = Learner(dense_dir, replace(cfg, ppo_epochs=2))

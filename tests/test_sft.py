@@ -81,7 +81,9 @@ def test_an_env_without_reference_responses_starts_from_the_base_model_with_a_no
     assert model_dir == base_model_dir(cfg)
     err = capsys.readouterr().err
     assert "note: NoReference gives no reference_response, so there is no cold start" in err
-    assert "trainer.sft.enabled=false" in err and "cold start: SFT on" in err  # it tried
+    assert "trainer.sft.enabled=false" in err
+    # no announcement of an SFT stage that then does not happen (issue 35)
+    assert "cold start: SFT on" not in err
 
 
 def test_the_console_line_names_the_longest_whole_turn():

@@ -32,6 +32,33 @@ def test_zero_spread_is_named_with_the_rewards_whether_filtered_or_not(filter_ze
     assert "(rewards: -0.5, 2)" in why
 
 
+def test_a_tool_step_that_scored_zero_says_what_the_episodes_did():
+    """Issue 35: "zero reward spread" alone hid that no episode ever called a tool."""
+    silent = {"tool_call_attempts": 0.0, "parse_failures": 0.0, "tool_calls": 0.0}
+    swe = {**silent, "submitted": 0.0, "resolved": 0.0, "tests_pass_frac": 0.0}
+    last = [{"end": "turn_limit", "grade_reason": "not graded"}]
+    groups = [[traj(g, 0.0, env_metrics=swe, turn_infos=last) for _ in range(2)] for g in "ab"]
+    why = reason(groups)
+    assert why is not None and why.startswith("zero reward spread")
+    assert "tool calls: 0 attempted in 0/4 episodes, 0 parsed, 0 ran" in why
+    assert "0/4 submitted, tests run in 0/4, 0/4 resolved" in why
+    assert "no episode called a tool" in why
+
+    tried = {"tool_call_attempts": 3.0, "parse_failures": 1.0, "tool_calls": 2.0}
+    graded = [{"end": "ended_by_tool", "grade_reason": "FAIL_TO_PASS test_x failed"}]
+    groups = [[traj("a", 0.0, env_metrics={**tried, "submitted": 1.0, "resolved": 0.0},
+                    turn_infos=graded) for _ in range(2)]]  # fmt: skip
+    why = reason(groups)
+    assert "tool calls: 6 attempted in 2/2 episodes, 4 parsed, 4 ran" in why
+    assert "2/2 submitted, tests run in 2/2, 0/2 resolved" in why
+    assert "no episode called a tool" not in why
+
+
+def test_a_step_of_an_env_without_tools_names_no_tool_calls():
+    why = reason([[traj("a", 0.0), traj("a", 0.0)]])
+    assert why is not None and "tool calls" not in why
+
+
 def test_prompts_that_fill_the_context_are_named_with_the_key_to_raise():
     cut = [traj("a", None, Status.TRUNCATED, truncated_by="prompt") for _ in range(3)]
     why = reason([cut])

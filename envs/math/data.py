@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from envs.errors import TaskError
+from envs.errors import MissingData, TaskError
 from envs.math.boxed import extract_boxed
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "math"
@@ -38,7 +38,7 @@ def load_math_file(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl / .json (one object per line) or .parquet file, normalised."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"math data file {str(path)!r} does not exist")
+        raise MissingData(f"math data file {str(path)!r} does not exist; fix the path")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         raw = _read_jsonl(path)

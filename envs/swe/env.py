@@ -68,7 +68,7 @@ class SWEEnv(ToolEnv):
     def __init__(
         self,
         *,
-        source: str = DEFAULT_SOURCE,
+        source: str | None = None,  # None: DEFAULT_SOURCE, the shipped set
         max_turns: int = 20,
         backend: str = "auto",
         session_options: dict[str, Any] | None = None,
@@ -88,6 +88,7 @@ class SWEEnv(ToolEnv):
             max_tool_output_chars=max_tool_output_chars,
             tools=tools,
         )
+        source = source or DEFAULT_SOURCE
         kind, _, path = source.partition(":")
         if kind != "swe" or not path:
             raise ValueError(f"SWE-v0 source must be 'swe:PATH' (a JSONL file), got {source!r}")

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from envs.errors import MissingData, TaskError
+
 __all__ = ["Instance", "load_instances", "parse_instance", "split_of"]
 
 Schema = Literal["swe-bench", "swe-smith", "r2e-gym"]
@@ -73,7 +75,9 @@ def load_instances(path: str | Path) -> list[Instance]:
     """Every row of a JSONL file (or a JSON list) as an Instance; errors name the row and field."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"SWE instance file {path} does not exist")
+        raise MissingData(
+            f"SWE instance file {path} does not exist; fix the path (env.kwargs.source=swe:PATH)"
+        )
     text = path.read_text()
     rows: list[Any]
     if text.lstrip().startswith("["):
@@ -85,7 +89,9 @@ def load_instances(path: str | Path) -> list[Instance]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{number}: not a JSON object: {exc}") from exc
+                    raise TaskError(
+                        f"{path}:{number}: not a JSON object ({exc}); one instance per line (docs/swe.md)"
+                    ) from exc
     out = [
         parse_instance(row, base_dir=path.parent, where=f"{path}:{i + 1}")
         for i, row in enumerate(rows)
@@ -93,16 +99,16 @@ def load_instances(path: str | Path) -> list[Instance]:
     seen: set[str] = set()
     for inst in out:
         if inst.instance_id in seen:
-            raise ValueError(f"{path}: instance_id {inst.instance_id!r} appears twice")
+            raise TaskError(f"{path}: instance_id {inst.instance_id!r} appears twice")
         seen.add(inst.instance_id)
     if not out:
-        raise ValueError(f"{path} holds no instances")
+        raise TaskError(f"{path} holds no instances")
     return out
 
 
 def parse_instance(row: Any, *, base_dir: Path | None = None, where: str = "row") -> Instance:
     if not isinstance(row, dict):
-        raise ValueError(f"{where}: an instance must be a JSON object, got {type(row).__name__}")
+        raise TaskError(f"{where}: an instance must be a JSON object, got {type(row).__name__}")
     schema = _schema(row)
     if schema == "r2e-gym":
         return _r2e(row, base_dir, where)
@@ -111,7 +117,7 @@ def parse_instance(row: Any, *, base_dir: Path | None = None, where: str = "row"
     smith = schema == "swe-smith"
     f2p = _ids(row, "FAIL_TO_PASS", where)
     if not f2p:
-        raise ValueError(
+        raise TaskError(
             f"{where}: FAIL_TO_PASS of {iid!r} is empty; an instance needs a test "
             "that fails before the fix"
         )
@@ -150,12 +156,12 @@ def _r2e(row: dict[str, Any], base_dir: Path | None, where: str) -> Instance:
     try:
         statuses = json.loads(expected) if isinstance(expected, str) else expected
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: expected_output_json is not JSON: {exc}") from exc
+        raise TaskError(f"{where}: expected_output_json is not JSON: {exc}") from exc
     if not isinstance(statuses, dict):
-        raise ValueError(f"{where}: expected_output_json must map test names to statuses")
+        raise TaskError(f"{where}: expected_output_json must map test names to statuses")
     required = tuple(sorted(k for k, v in statuses.items() if str(v).upper() == "PASSED"))
     if not required:
-        raise ValueError(f"{where}: expected_output_json of {repo}@{commit} names no PASSED test")
+        raise TaskError(f"{where}: expected_output_json of {repo}@{commit} names no PASSED test")
     iid = str(row.get("instance_id") or f"{repo}-{commit}")
     repo_path = _repo_path(row, base_dir, where)
     gold = _text(row, "patch", where) or _commit_diff(repo_path, commit, where)
@@ -191,7 +197,7 @@ def _commit_diff(repo_path: str, commit: str, where: str) -> str:
         check=False,
     )
     if run.returncode != 0:
-        raise ValueError(f"{where}: commit_hash {commit} is not in repo_path: {run.stderr[:200]}")
+        raise TaskError(f"{where}: commit_hash {commit} is not in repo_path: {run.stderr[:200]}")
     return run.stdout
 
 
@@ -199,10 +205,10 @@ def _text(row: dict[str, Any], key: str, where: str, *, required: bool = False) 
     value = row.get(key)
     if value is None or value == "":
         if required:
-            raise ValueError(f"{where}: field {key!r} is missing or empty")
+            raise TaskError(f"{where}: field {key!r} is missing or empty")
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+        raise TaskError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
     return value
 
 
@@ -213,9 +219,9 @@ def _ids(row: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
         try:
             value = json.loads(value) if value.strip() else []
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: {key} is a string but not a JSON list: {exc}") from exc
+            raise TaskError(f"{where}: {key} is a string but not a JSON list: {exc}") from exc
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"{where}: {key} must be a list of test ids (or a JSON string of one)")
+        raise TaskError(f"{where}: {key} must be a list of test ids (or a JSON string of one)")
     return tuple(value)
 
 
@@ -227,7 +233,7 @@ def _repo_path(row: dict[str, Any], base_dir: Path | None, where: str) -> str:
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     if not path.is_dir():
-        raise ValueError(f"{where}: repo_path {raw!r} is not a directory (looked at {path})")
+        raise TaskError(f"{where}: repo_path {raw!r} is not a directory (looked at {path})")
     return str(path.resolve())
 
 
@@ -242,7 +248,7 @@ def _image(row: dict[str, Any], iid: str, schema: Schema, where: str) -> str:
 def _split(row: dict[str, Any], iid: str, where: str) -> str:
     split = row.get("split") or split_of(iid)
     if split not in ("train", "test"):
-        raise ValueError(f"{where}: split must be 'train' or 'test', got {split!r}")
+        raise TaskError(f"{where}: split must be 'train' or 'test', got {split!r}")
     return str(split)
 
 
@@ -250,7 +256,7 @@ def _test_files(row: dict[str, Any], ids: tuple[str, ...], where: str) -> tuple[
     given = row.get("test_files")
     if given is not None:
         if not isinstance(given, list) or not all(isinstance(f, str) for f in given):
-            raise ValueError(f"{where}: test_files must be a list of paths")
+            raise TaskError(f"{where}: test_files must be a list of paths")
         return tuple(given)
     return tuple(dict.fromkeys(t.split("::")[0] for t in ids if "::" in t))
 

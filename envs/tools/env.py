@@ -206,7 +206,8 @@ class ToolEnv(TextEnv):
         c = self.counters
         attempts = c["tool_call_attempts"]
         metrics = {k: float(v) for k, v in c.items()}
-        metrics["parse_ok_frac"] = 1.0 - c["parse_failures"] / attempts if attempts else 1.0
+        if attempts:  # no attempts, no fraction: the step mean covers episodes that tried
+            metrics["parse_ok_frac"] = 1.0 - c["parse_failures"] / attempts
         info: dict[str, Any] = {"turn": self.turn, "turn_reward": reward, "env_metrics": metrics}
         if end is not None:
             info["end"] = end

@@ -20,19 +20,19 @@ __all__ = ["RolloutConfig", "RolloutResult"]
 
 @dataclass(frozen=True, slots=True)
 class RolloutConfig:
-    num_samples_per_task: int = 8  # G
-    max_new_tokens_per_turn: int = 256
+    num_samples_per_task: int = 8  # G: samples per task, compared by the advantages
+    max_new_tokens_per_turn: int = 256  # generation budget of one model turn
     max_context_tokens: int = 2048  # prompt + all turns; shrinks max_new_tokens as it fills
     max_turns: int | None = None  # None -> the env's own max_turns
-    max_live_trajectories: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_staleness_steps: int = 1
+    max_live_trajectories: int = 64  # trajectories in flight at once
+    temperature: float = 1.0  # sampling temperature (the learner uses the same)
+    top_p: float = 1.0  # nucleus sampling (1: the full support, as GSPO assumes)
+    top_k: int = -1  # top-k sampling (-1: off)
+    max_staleness_steps: int = 1  # async rollouts: how many weight versions behind a batch may be
     # partial rollouts: model tokens more than this many weight versions old leave the loss
     # (their trajectory trains on its fresher tokens); None keeps every token
     max_version_lag: int | None = None
-    trajectory_timeout_s: float = 600.0
+    trajectory_timeout_s: float = 600.0  # whole-trajectory deadline (then status error)
     seed: int | None = None  # per-request sampling seeds: same seed, same samples, any batching
     # tool envs' call format: auto (the one the model's chat template teaches), hermes, qwen3_coder
     # or a parser registered with envs.tools.register_parser; env.kwargs.tool_parser overrides it

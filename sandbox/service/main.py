@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -72,6 +73,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except TokenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        sock = bind_port(args.host, args.port)  # before "serving on": a busy port fails first
+    except OSError as exc:
+        print(
+            f"error: cannot listen on {args.host}:{args.port} ({exc.strerror}): another server "
+            "holds it? choose another with --port N",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     sandbox = Sandbox.create(
         args.backend,
         max_concurrency=args.max_concurrency,
@@ -91,13 +101,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sessions=sessions,
     )
     print(
-        f"serving the {sandbox.backend_name} sandbox on http://{args.host}:{args.port} "
+        f"serving the {sandbox.backend_name} sandbox on http://{args.host}:{sock.getsockname()[1]} "
         f"(/judge, /run_code, /capacity, /health{', /sessions' if sessions else ''}; "
         f"token: {'required' if token else 'none, loopback only'})",
         file=sys.stderr,
     )
     with _sigterm_ends_cleanly():
-        uvicorn.run(
+        config = uvicorn.Config(
             app,
             host=args.host,
             port=args.port,
@@ -105,7 +115,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=args.drain_timeout_s,
             timeout_keep_alive=KEEP_ALIVE_S,
         )
+        uvicorn.Server(config).run(sockets=[sock])
     return EXIT_OK
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class _Terminated(BaseException):

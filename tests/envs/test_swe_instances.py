@@ -148,3 +148,25 @@ def test_fixture_repository_hashes_are_reproducible(tmp_path):
         [sys.executable, str(FIXTURES / "fixture_repo.py")], capture_output=True, text=True
     )
     assert "main 108d4c96244f23d6bb6c6883b495b5f4e842d3f2" in out.stdout, out.stderr
+
+
+def test_the_docs_own_data_command_composes_and_loads_that_file(git_repo, tmp_path):
+    """docs/swe.md's `env=swe env.kwargs.source=swe:PATH` as written (issue 35: it failed with
+    "Key 'source' is not in struct"), and the env it builds reads PATH, not the shipped set."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import envs
+    from gspo_agents.config import CONFIG_DIR, register_schemas
+
+    path = with_repo("swe_gym", git_repo, tmp_path)
+    register_schemas()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        cfg = compose(config_name="config", overrides=["env=swe", f"env.kwargs.source=swe:{path}"])
+    env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    ids = {row["id"] for split in ("train", "test") for row in env.load_tasks(split)}
+    assert ids == {inst.instance_id for inst in load_instances(path)}
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        default = compose(config_name="config", overrides=["env=swe"])
+    shipped = envs.make("swe", **OmegaConf.to_container(default.env.kwargs, resolve=True))
+    assert len(shipped.load_tasks("train")) > len(ids)  # null source: the shipped set

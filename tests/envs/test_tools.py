@@ -245,6 +245,15 @@ def test_parse_ok_fraction_counts_unreadable_calls():
     assert info["env_metrics"]["tool_call_attempts"] == 2
 
 
+def test_parse_ok_fraction_is_absent_without_attempts():
+    """No call attempted, no fraction: a policy that never calls a tool must not read as 1.0
+    (the step mean then covers only the episodes that tried)."""
+    env = started()
+    _, _, _, _, info = run(env, "no tool call here, just an answer")
+    assert info["env_metrics"]["tool_call_attempts"] == 0
+    assert "parse_ok_frac" not in info["env_metrics"]
+
+
 def test_infrastructure_errors_propagate():
     env = started()
     with pytest.raises(InfraError):

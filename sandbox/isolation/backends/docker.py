@@ -74,6 +74,20 @@ class Container:
     groups: cgroups_mod.SlotGroups | None = None
 
 
+def _no_engine_message(host: str | None, stderr: str) -> str:
+    """Names the engine that was tried: a host of sandbox.docker_hosts, DOCKER_HOST, or the
+    default socket (the fix differs: the host, the variable, or starting dockerd)."""
+    env_host = os.environ.get("DOCKER_HOST")
+    if host:
+        where, fix = host, "start dockerd there or fix sandbox.docker_hosts"
+    elif env_host:
+        where, fix = f"DOCKER_HOST={env_host}", "start dockerd there, or fix or unset DOCKER_HOST"
+    else:
+        where, fix = "the default socket", "start dockerd (e.g. `dockerd &`) or set DOCKER_HOST"
+    detail = " ".join(stderr.split())[:300]
+    return f"docker backend: no Docker engine at {where} ({detail}); {fix}"
+
+
 class DockerBackend(Backend):
     name = "docker"
     nproc_margin = 2  # the runner (pid 1) shares the container's uid
@@ -134,11 +148,7 @@ class DockerBackend(Backend):
                 timeout=20,
             )
             if probe.returncode != 0:
-                raise SandboxUnavailable(
-                    f"docker backend: no Docker engine at {host or 'the default socket'} "
-                    f"({probe.stderr.strip()[:300]}); start dockerd (e.g. `dockerd &`) or set "
-                    "DOCKER_HOST"
-                )
+                raise SandboxUnavailable(_no_engine_message(host, probe.stderr))
             image.ensure_image(self.image, host=host)
         if self.cgroup_parent == "auto":
             driver = subprocess.run(
