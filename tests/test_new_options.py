@@ -283,3 +283,82 @@ def test_ppo_epochs_is_that_many_passes_against_the_same_anchor(dense_dir):
     w_once = {k: v.detach().clone() for k, v in once.model.state_dict().items()}
     once.close()
     assert max(float((w_twice[k] - w_once[k]).abs().max()) for k in w_once) < 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# through train.py
+# --------------------------------------------------------------------------------------------
+def test_train_builds_the_learner_with_every_option_of_the_config(moe_dir):
+    from test_config import compose_run
+
+    from gspo_agents import train
+
+    cfg = compose_run(
+        "algorithm=grpo",
+        "algorithm.eps_low=0.1",
+        "algorithm.eps_high=0.3",
+        "algorithm.loss_agg=seq-mean-token-sum-norm",
+        "algorithm.old_logprobs=recompute",
+        "algorithm.seq_is_cap=2.0",
+        "algorithm.seq_mask_bound=0.5",
+        "algorithm.seq_is_ratio=product",
+        "algorithm.clip_ratio_c=3.0",
+        "algorithm.kl_coef=0.2",
+        "algorithm.kl_estimator=k2",
+        "algorithm.entropy_coef=0.01",
+        "algorithm.routing_replay=true",
+        "algorithm.routing_replay_source=engine",
+        "trainer.lr=0.002",
+        "trainer.weight_decay=0.1",
+        "trainer.warmup_steps=3",
+        "trainer.max_grad_norm=0.5",
+        "trainer.num_minibatches=3",
+        "trainer.ppo_epochs=2",
+        "trainer.micro_batch_tokens=512",
+        "trainer.share_prompt_prefix=true",
+        "trainer.logprob_chunk_tokens=64",
+        "trainer.packing=off",
+        "trainer.activation_checkpointing=true",
+        "trainer.seed=5",
+        "rollout.temperature=0.7",
+        "rollout.max_context_tokens=96",
+    )
+    learner = train.build_learner(cfg, moe_dir)
+    got = learner.cfg
+    learner.close()
+    want = LearnerConfig(
+        algorithm="grpo",
+        eps_low=0.1,
+        eps_high=0.3,
+        lr=0.002,
+        weight_decay=0.1,
+        warmup_steps=3,
+        max_grad_norm=0.5,
+        num_minibatches=3,
+        micro_batch_tokens=512,
+        share_prompt_prefix=True,
+        logprob_chunk_tokens=64,
+        packing="off",
+        activation_checkpointing=True,
+        temperature=0.7,
+        seed=5,
+        loss_agg="seq-mean-token-sum-norm",
+        old_logprobs="recompute",
+        seq_is_cap=2.0,
+        seq_mask_bound=0.5,
+        seq_is_ratio="product",
+        routing_replay=True,
+        routing_replay_source="engine",
+        loss_norm_tokens=96,
+        clip_ratio_c=3.0,
+        kl_coef=0.2,
+        kl_estimator="k2",
+        entropy_coef=0.01,
+        ppo_epochs=2,
+    )
+    assert got == want
+    # every field train.py sets differs from the learner's default, so a dropped one shows
+    unset = {"betas", "mixed_precision"}  # not run config keys
+    default = LearnerConfig()
+    same = [f for f in LearnerConfig.__dataclass_fields__ if f not in unset]
+    assert [f for f in same if getattr(want, f) == getattr(default, f)] == []
