@@ -146,8 +146,8 @@ MUTANTS = {
     # issue 27's new options
     "kl_k3_reversed": (
         "gspo_agents/objectives.py",
-        "return torch.expm1(log_r) - log_r",
-        "return torch.expm1(-log_r) + log_r",
+        "return (torch.expm1(log_r) - log_r).clamp(max=K3_MAX)",
+        "return (torch.expm1(-log_r) + log_r).clamp(max=K3_MAX)",
         NO + "::test_kl_penalty_value_and_gradient_by_hand",
     ),
     "kl_not_passed_by_learner": (

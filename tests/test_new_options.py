@@ -75,6 +75,19 @@ def test_kl_penalty_value_and_gradient_by_hand(estimator):
         kl_penalty(OLD, REF, "k4")
 
 
+def test_k3_is_clamped_as_verl_clamps_it():
+    # log r = ref - lp: -30 and +9 are past the bounds, +-1 inside them
+    lp = torch.tensor([[0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    ref = torch.tensor([[-30.0, 9.0, 1.0, -1.0]])
+    k3 = kl_penalty(lp, ref, "k3")
+    inside = [math.exp(x) - 1 - x for x in (1.0, -1.0)]
+    # log r clamped to -20 gives 19 before the cap of 10; +9 gives 8,093 before it
+    assert k3.tolist()[0] == pytest.approx([10.0, 10.0, *inside], rel=1e-6)
+    (g,) = torch.autograd.grad(k3.sum(), lp)
+    assert g.tolist()[0] == pytest.approx([0.0, 0.0, 1 - math.e, 1 - math.exp(-1.0)], rel=1e-6)
+    # k1 and k2 are not clamped (verl clamps neither)
+    assert kl_penalty(lp, ref, "k2").tolist()[0][0] == pytest.approx(450.0)
+
 def test_entropy_bonus_and_token_entropy_by_hand():
     logits = torch.tensor([[[0.0, 1.0, 2.0], [1.0, 1.0, -1.0], [0.5, 0.0, 0.0]]])
     ent = token_entropy(logits, temperature=2.0)
