@@ -101,11 +101,12 @@ def _hand_loss(c: LearnerConfig, batch, rows, lp, ent, anchor, engine, ref) -> t
     return loss
 
 
-def _hand_grad(model, params: dict, loss_fn) -> dict[str, torch.Tensor]:
+def _hand_grad(model, params: dict, loss_fn) -> tuple[float, dict[str, torch.Tensor]]:
     model.load_state_dict(params, strict=False)
     model.zero_grad(set_to_none=True)
-    loss_fn().backward()
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    loss = loss_fn()
+    loss.backward()
+    return float(loss), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
 def _rel_err(got: dict, want: dict) -> float:
@@ -204,7 +205,7 @@ def _minibatches(c: LearnerConfig, n: int) -> list[list[int]]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_step_of_an_update_has_the_hand_written_gradient(dense_dir, case):
     c = CASES[case]
-    batch, steps, _ = _update(dense_dir, c, NOISE[case])
+    batch, steps, metrics = _update(dense_dir, c, NOISE[case])
     model = AutoModelForCausalLM.from_pretrained(dense_dir, dtype=torch.float32)
     model.config.use_cache = False
     ref_lp, _ = _forward(model, batch, c.temperature)  # the starting weights: the reference
@@ -216,15 +217,19 @@ def test_every_step_of_an_update_has_the_hand_written_gradient(dense_dir, case):
     assert float((trainer_lp - ref_lp)[batch.loss_mask_BT.bool()].abs().max()) > 1e-3
     plan = _minibatches(c, batch.num_sequences)
     assert len(steps) == len(plan)
+    losses = []
     for k, ((params, grads), rows) in enumerate(zip(steps, plan, strict=True)):
 
         def loss_fn(rows=rows):
             lp, ent = _forward(model, batch, c.temperature, grad=True)
             return _hand_loss(c, batch, rows, lp, ent, anchor, engine, ref_lp)
 
-        want = _hand_grad(model, params, loss_fn)
+        loss, want = _hand_grad(model, params, loss_fn)
+        losses.append(loss)
         err = _rel_err(grads, want)
         assert err < TOL, f"step {k}: relative gradient error {err:.2e}"
+    # the value too (a clipped term has no gradient; its value still counts): mean over steps
+    assert metrics["loss"] == pytest.approx(sum(losses) / len(losses), rel=TOL, abs=1e-6)
 
 
 def test_dual_clip_batch_has_large_ratios_on_both_signs_of_the_advantage(dense_dir):
@@ -281,3 +286,32 @@ def test_packing_is_never_used_for_a_moe_model_even_when_requested(moe_dir):
     assert m_on["expert_volatility"] == m_off["expert_volatility"]
     for (_, g_on), (_, g_off) in zip(s_on, s_off, strict=True):
         assert _rel_err(g_on, g_off) == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# who may import whom (DESIGN.md: the rollout side and the learner never import each other)
+# --------------------------------------------------------------------------------------------
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_rollout_and_learner_never_import_each_other_and_passes_only_the_forward():
+    pkg = Path(__file__).resolve().parents[1] / "gspo_agents"
+    for f in (pkg / "rollout").rglob("*.py"):
+        bad = {m for m in _imports(f) if m.startswith("gspo_agents.learner")}
+        assert not bad, f"{f.name} imports {bad}"
+    for f in (pkg / "learner").rglob("*.py"):
+        bad = {m for m in _imports(f) if m.startswith("gspo_agents.rollout")}
+        assert not bad, f"{f.name} imports {bad}"
+    # the passes reach the model through forward.Forward, never the Learner itself
+    for name in ("prepass.py", "probe.py", "forward.py"):
+        assert "gspo_agents.learner.learner" not in _imports(pkg / "learner" / name), name
+        assert "learner._" not in (pkg / "learner" / name).read_text(), name

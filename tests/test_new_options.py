@@ -88,6 +88,7 @@ def test_k3_is_clamped_as_verl_clamps_it():
     # k1 and k2 are not clamped (verl clamps neither)
     assert kl_penalty(lp, ref, "k2").tolist()[0][0] == pytest.approx(450.0)
 
+
 def test_entropy_bonus_and_token_entropy_by_hand():
     logits = torch.tensor([[[0.0, 1.0, 2.0], [1.0, 1.0, -1.0], [0.5, 0.0, 0.0]]])
     ent = token_entropy(logits, temperature=2.0)
