@@ -56,8 +56,13 @@ LOSS_AGGS: tuple[str, ...] = (
 )
 # Estimators of KL(pi || pi_ref) from samples of pi, per token, with log r = log pi_ref - log pi
 # (Schulman, "Approximating KL divergence", 2020): k1 = -log r, k2 = (log r)^2 / 2,
-# k3 = r - 1 - log r (unbiased and >= 0; GRPO's choice).
+# k3 = r - 1 - log r (unbiased and >= 0; GRPO's choice). k3 is clamped as verl's
+# `kl_penalty_forward` clamps it: log r to +-K3_LOG_R_MAX before exp, then k3 to <= K3_MAX, so a
+# token the policy made far likelier than the reference (log r = -30: k3 = 29) or far less likely
+# (log r = +9: k3 = 8,093 unclamped) adds at most 10 and, past the bound, no gradient.
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+K3_LOG_R_MAX = 20.0
+K3_MAX = 10.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,14 +259,15 @@ def kl_penalty(
     logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled by pi ([B, T], carries the
-    gradient of `logprobs_BT`); see `KL_ESTIMATORS`."""
+    gradient of `logprobs_BT`); see `KL_ESTIMATORS` (k3 clamped as verl does)."""
     log_r = ref_logprobs_BT.detach().float() - logprobs_BT.float()
     if estimator == "k1":
         return -log_r
     if estimator == "k2":
         return 0.5 * log_r**2
     if estimator == "k3":
-        return torch.expm1(log_r) - log_r
+        log_r = log_r.clamp(-K3_LOG_R_MAX, K3_LOG_R_MAX)
+        return (torch.expm1(log_r) - log_r).clamp(max=K3_MAX)
     raise ValueError(
         f"kl_estimator={estimator!r} is not valid; choose one of {', '.join(KL_ESTIMATORS)}"
     )

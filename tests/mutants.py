@@ -24,6 +24,10 @@ OFF = "gspo_agents/offpolicy.py"
 R = "tests/test_learner_roles.py"
 BR = "tests/test_batch_rules.py"
 NO = "tests/test_new_options.py"
+W = "tests/test_learner_wiring.py"
+OBJ = "gspo_agents/objectives.py"
+H = "gspo_agents/learner/head.py"
+GRAD = W + "::test_every_step_of_an_update_has_the_hand_written_gradient"
 MUTANTS = {
     "decoupled_anchor_engine": (
         PP,
@@ -142,8 +146,8 @@ MUTANTS = {
     # issue 27's new options
     "kl_k3_reversed": (
         "gspo_agents/objectives.py",
-        "return torch.expm1(log_r) - log_r",
-        "return torch.expm1(-log_r) + log_r",
+        "return (torch.expm1(log_r) - log_r).clamp(max=K3_MAX)",
+        "return (torch.expm1(-log_r) + log_r).clamp(max=K3_MAX)",
         NO + "::test_kl_penalty_value_and_gradient_by_hand",
     ),
     "kl_not_passed_by_learner": (
@@ -193,6 +197,119 @@ MUTANTS = {
         "        log_w_B = log_w_B * mask.sum(dim=1)  # the sum of the token log-ratios\n",
         "",
         NO + "::test_sequence_product_weights_are_exp_of_the_summed_log_ratio",
+    ),
+    # issue 36: the options wired through the learner and train.py
+    "entropy_detached_in_learner": (
+        L,
+        "entropy_BT = tokens.entropy_BT if self.cfg.entropy_coef else None",
+        "entropy_BT = tokens.entropy_BT.detach() if self.cfg.entropy_coef else None",
+        GRAD,
+    ),
+    "full_logits_entropy_without_grad": (
+        L,
+        "entropy_grad=cfg.entropy_coef > 0",
+        "entropy_grad=False",
+        GRAD,
+    ),
+    "full_logits_entropy_at_t1": (
+        H,
+        "return TokenStats(lp_BT, token_entropy(logits_BTV, self.temperature))",
+        "return TokenStats(lp_BT, token_entropy(logits_BTV, 1.0))",
+        GRAD,
+    ),
+    "kl_to_pi_old": (
+        L,
+        "ref_BT = pre.ref_logprobs_BT[micro_rows, :T] if micro_rows is not None else lp_BT",
+        "ref_BT = mb.old_logprobs_BT if micro_rows is not None else lp_BT",
+        GRAD,
+    ),
+    "reference_logprobs_at_t1": (
+        L,
+        "TokenHead(self._ref, cfg.temperature, cfg.logprob_chunk_tokens)",
+        "TokenHead(self._ref, 1.0, cfg.logprob_chunk_tokens)",
+        GRAD,
+    ),
+    "kl_entropy_importance_weighted": (
+        OBJ,
+        "plain = dataclasses.replace(inp, weights_BT=None)",
+        "plain = inp",
+        GRAD,
+    ),
+    "kl_entropy_ignore_loss_agg": (
+        OBJ,
+        "plain = dataclasses.replace(inp, weights_BT=None)",
+        'plain = dataclasses.replace(inp, weights_BT=None, loss_agg="seq-mean-token-mean")',
+        GRAD,
+    ),
+    "clip_ratio_c_dropped_by_learner": (
+        L,
+        "clip_ratio_c=c.clip_ratio_c,",
+        "clip_ratio_c=None,",
+        GRAD,
+    ),
+    "clip_ratio_c_dropped_by_train_py": (
+        T,
+        "        clip_ratio_c=a.clip_ratio_c,\n",
+        "",
+        NO + "::test_train_builds_the_learner_with_every_option_of_the_config",
+    ),
+    "dual_clip_on_the_ratio": (
+        OBJ,
+        "dual_BT = (adv_BT < 0) & (surrogate_BT < floor_BT) & inp.mask_BT",
+        "dual_BT = (ratio_BT.detach() > inp.clip_ratio_c) & inp.mask_BT",
+        GRAD,
+    ),
+    "dr_grpo_per_minibatch_normaliser": (
+        L,
+        "norm_tokens=c.loss_norm_tokens,",
+        "norm_tokens=max(1, num_tokens // num_sequences),",
+        GRAD,
+    ),
+    "pi_old_recomputed_each_epoch": (
+        L,
+        "        for i, rows in enumerate(minibatches * self.cfg.ppo_epochs):\n",
+        "        for i, rows in enumerate(minibatches * self.cfg.ppo_epochs):\n"
+        "            if i and i % len(minibatches) == 0:\n"
+        "                pre = pre_update(self, batch, lengths)\n"
+        "                batch = pre.batch\n"
+        "                self.model.train()\n",
+        GRAD,
+    ),
+    "first_mb_clip_stats_from_the_last": (
+        L,
+        'metrics["clip_frac_tokens_first_mb"] = per_minibatch[0]["clip_frac_tokens"]',
+        'metrics["clip_frac_tokens_first_mb"] = per_minibatch[-1]["clip_frac_tokens"]',
+        W + "::test_first_minibatch_clip_stats_are_the_first_steps_before_any_weight_changed",
+    ),
+    "train_py_drops_overlong_buffer": (
+        T,
+        "        overlong_buffer=a.overlong_buffer,\n",
+        "",
+        BR + "::test_train_step_passes_the_overlong_buffer_and_the_current_weight_version",
+    ),
+    "refill_ignores_overlong_buffer": (
+        RF,
+        "            overlong_buffer=a.overlong_buffer,\n",
+        "",
+        BR + "::test_refill_signal_check_uses_the_overlong_buffer",
+    ),
+    "staleness_version_shifted": (
+        T,
+        "current_version=manager.weight_version,",
+        "current_version=manager.weight_version + 1,",
+        BR + "::test_train_step_passes_the_overlong_buffer_and_the_current_weight_version",
+    ),
+    "packing_allowed_for_moe": (
+        L,
+        "packing_unsupported(self.model, self.cfg.packing, moe=self._routers.enabled)",
+        "packing_unsupported(self.model, self.cfg.packing, moe=False)",
+        W + "::test_packing_is_never_used_for_a_moe_model_even_when_requested",
+    ),
+    "grpo_tis_uses_the_sequence_weight": (
+        OFF,
+        'elif level == "token" and cfg.seq_is_ratio == "geometric":',
+        'elif level == "token" and cfg.seq_is_ratio == "geometric" and cfg.seq_is_cap is None:',
+        GRAD,
     ),
 }
 names = sys.argv[1:] or list(MUTANTS)

@@ -61,7 +61,8 @@ def test_normalize_std_false_reaches_both_advantage_paths_of_the_batch():
 class _AtVersion:
     """Stands in for the rollout manager: train_step reads only its weight version here."""
 
-    weight_version = 0
+    def __init__(self, version: int = 0) -> None:
+        self.weight_version = version
 
 
 class _Stop(Exception):
@@ -108,6 +109,38 @@ def test_train_step_passes_every_batch_option_to_the_batch_code():
         )
     # the cut one is gone from loss and baseline; the others get r - mean(5, 1), not / std 2
     assert _seq_values(learner.batch) == pytest.approx([2.0, -2.0])
+
+
+def test_train_step_passes_the_overlong_buffer_and_the_current_weight_version():
+    partial = multi_turn("a", [0.0, 1.0])  # 2 turns of 2 tokens: free of the buffer (8, 2)
+    partial.segments[0].versions = [1, 2]  # lags 2 and 1 behind version 3
+    partial.segments[2].versions = [3, 3]
+    short = multi_turn("a", [1.0], tokens_per_turn=3)  # 3 of 4 tokens: -0.5 in the buffer of 2
+    other = multi_turn("a", [0.0])
+    for fresh in (short, other):
+        fresh.segments[0].versions = [3] * len(fresh.segments[0].token_ids)
+    cfg = OmegaConf.create(
+        {
+            "algorithm": {
+                "name": "gspo",
+                "filter_zero_spread_groups": True,
+                "turn_discount": 1.0,
+                "normalize_std": False,
+                "overlong_filter": False,
+                "overlong_penalty": 0.0,
+                "overlong_buffer": 2,
+            },
+            "rollout": {"max_new_tokens_per_turn": 4, "max_version_lag": 1},
+        }
+    )
+    learner = _Recorder()
+    result = RolloutResult([[partial, short, other]], {})
+    with pytest.raises(_Stop):
+        asyncio.run(train.train_step(cfg, learner, _AtVersion(3), result, None, 0))
+    # rewards 1, 1 - 0.5, 0: r - mean 0.5 (without the buffer: 1, 1, 0 -> 1/3, 1/3, -2/3)
+    assert _seq_values(learner.batch) == pytest.approx([0.5, 0.0, -0.5])
+    # only the token of version 1 lags more than 1 behind version 3 (against 4: version 2 too)
+    assert learner.batch.loss_mask_BT[0].tolist() == [0, 0, 0, 1, 0, 1, 1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,11 +212,17 @@ class _ScriptedCollector:
 
     async def collect(self, tasks):
         self.calls.append([t["id"] for t in tasks])
-        groups = [[multi_turn(t["id"], r) for r in t["samples"]] for t in tasks]
+        groups = [
+            [
+                multi_turn(t["id"], r, tokens_per_turn=n)
+                for r, n in zip(t["samples"], t.get("tokens", [2] * len(t["samples"])))
+            ]
+            for t in tasks
+        ]
         return RolloutResult(groups, {})
 
 
-def _refill(tasks, *, name="gspo", discount=1.0, tasks_per_step=2, rounds=3):
+def _refill(tasks, *, name="gspo", discount=1.0, tasks_per_step=2, rounds=3, buffer=0):
     cfg = OmegaConf.create(
         {
             "trainer": {"tasks_per_step": tasks_per_step, "seed": 0},
@@ -193,9 +232,9 @@ def _refill(tasks, *, name="gspo", discount=1.0, tasks_per_step=2, rounds=3):
                 "dynamic_sampling_rounds": rounds,
                 "overlong_penalty": 0.0,
                 "overlong_filter": False,
-                "overlong_buffer": 0,
+                "overlong_buffer": buffer,
             },
-            "rollout": {"max_new_tokens_per_turn": 16},
+            "rollout": {"max_new_tokens_per_turn": 4 if buffer else 16},
         }
     )
     manager = _ScriptedCollector()
@@ -239,3 +278,13 @@ def test_refill_never_redraws_a_task_and_truncates_to_the_step_size():
     kept, calls, metrics = _refill(flat, tasks_per_step=3, rounds=4)
     drawn = [tid for call in calls for tid in call]
     assert metrics["refill_rounds"] == 4 and len(drawn) == 15 == len(set(drawn))
+
+
+def test_refill_signal_check_uses_the_overlong_buffer():
+    # equal rewards, but 3 of 4 tokens is -0.5 in a buffer of 2: spread only with the buffer
+    tasks = [{"id": f"t{i}", "samples": [[1.0], [1.0]], "tokens": [3, 2]} for i in range(6)]
+    kept, calls, metrics = _refill(tasks, buffer=2)
+    assert metrics["zero_spread_frac_before_refill"] == 0.0 and metrics["refill_rounds"] == 0
+    assert len(kept) == 2 and len(calls) == 1
+    _, _, metrics = _refill(tasks)
+    assert metrics["zero_spread_frac_before_refill"] == 1.0

@@ -118,21 +118,21 @@ def test_replaying_the_own_routing_changes_nothing_and_other_routing_changes_the
     learner = Learner(moe_dir, CFG)
     batch = synthetic_batch(5)
     mb = batch.select(list(range(batch.num_sequences)))
-    with learner._routers.recording() as rec:
-        natural, _ = learner._logprobs(mb)
+    with learner.routers.recording() as rec:
+        natural = learner.policy_logprobs(mb)
     routes = rec[0]
     learner._routers.replay(routes)
-    replayed, _ = learner._logprobs(mb)
+    replayed = learner.policy_logprobs(mb)
     shifted = (routes + 1) % learner.model.config.num_experts
     learner._routers.replay(shifted)
-    other, _ = learner._logprobs(mb)
+    other = learner.policy_logprobs(mb)
     mask = mb.attention_mask_BT.bool()
     torch.testing.assert_close(replayed[mask], natural[mask], rtol=1e-5, atol=1e-5)
     assert (other - natural)[mask].abs().max() > 1e-3
     # the router still learns: its gradient flows through the replayed experts' gate weights
     learner.model.train()
     learner._routers.replay(routes)
-    lp, _ = learner._logprobs(mb)
+    lp = learner.policy_logprobs(mb)
     lp[mask].sum().backward()
     learner._routers.replay(None)
     assert learner._routers.routers[0].weight.grad.abs().sum() > 0

@@ -68,8 +68,8 @@ def _natural_routes(learner: Learner, batch, rows) -> dict[int, torch.Tensor]:
     lengths = batch.attention_mask_BT.sum(dim=1).tolist()
     with torch.no_grad():
         for r in rows:
-            with learner._routers.recording() as rec:
-                learner._logprobs(batch.select([r]))
+            with learner.routers.recording() as rec:
+                learner.policy_logprobs(batch.select([r]))
             out[r] = rec[0][:, : lengths[r]]
     return out
 

@@ -75,6 +75,20 @@ def test_kl_penalty_value_and_gradient_by_hand(estimator):
         kl_penalty(OLD, REF, "k4")
 
 
+def test_k3_is_clamped_as_verl_clamps_it():
+    # log r = ref - lp: -30 and +9 are past the bounds, +-1 inside them
+    lp = torch.tensor([[0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    ref = torch.tensor([[-30.0, 9.0, 1.0, -1.0]])
+    k3 = kl_penalty(lp, ref, "k3")
+    inside = [math.exp(x) - 1 - x for x in (1.0, -1.0)]
+    # log r clamped to -20 gives 19 before the cap of 10; +9 gives 8,093 before it
+    assert k3.tolist()[0] == pytest.approx([10.0, 10.0, *inside], rel=1e-6)
+    (g,) = torch.autograd.grad(k3.sum(), lp)
+    assert g.tolist()[0] == pytest.approx([0.0, 0.0, 1 - math.e, 1 - math.exp(-1.0)], rel=1e-6)
+    # k1 and k2 are not clamped (verl clamps neither)
+    assert kl_penalty(lp, ref, "k2").tolist()[0][0] == pytest.approx(450.0)
+
+
 def test_entropy_bonus_and_token_entropy_by_hand():
     logits = torch.tensor([[[0.0, 1.0, 2.0], [1.0, 1.0, -1.0], [0.5, 0.0, 0.0]]])
     ent = token_entropy(logits, temperature=2.0)
@@ -284,3 +298,82 @@ def test_ppo_epochs_is_that_many_passes_against_the_same_anchor(dense_dir):
     w_once = {k: v.detach().clone() for k, v in once.model.state_dict().items()}
     once.close()
     assert max(float((w_twice[k] - w_once[k]).abs().max()) for k in w_once) < 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# through train.py
+# --------------------------------------------------------------------------------------------
+def test_train_builds_the_learner_with_every_option_of_the_config(moe_dir):
+    from test_config import compose_run
+
+    from gspo_agents import train
+
+    cfg = compose_run(
+        "algorithm=grpo",
+        "algorithm.eps_low=0.1",
+        "algorithm.eps_high=0.3",
+        "algorithm.loss_agg=seq-mean-token-sum-norm",
+        "algorithm.old_logprobs=recompute",
+        "algorithm.seq_is_cap=2.0",
+        "algorithm.seq_mask_bound=0.5",
+        "algorithm.seq_is_ratio=product",
+        "algorithm.clip_ratio_c=3.0",
+        "algorithm.kl_coef=0.2",
+        "algorithm.kl_estimator=k2",
+        "algorithm.entropy_coef=0.01",
+        "algorithm.routing_replay=true",
+        "algorithm.routing_replay_source=engine",
+        "trainer.lr=0.002",
+        "trainer.weight_decay=0.1",
+        "trainer.warmup_steps=3",
+        "trainer.max_grad_norm=0.5",
+        "trainer.num_minibatches=3",
+        "trainer.ppo_epochs=2",
+        "trainer.micro_batch_tokens=512",
+        "trainer.share_prompt_prefix=true",
+        "trainer.logprob_chunk_tokens=64",
+        "trainer.packing=off",
+        "trainer.activation_checkpointing=true",
+        "trainer.seed=5",
+        "rollout.temperature=0.7",
+        "rollout.max_context_tokens=96",
+    )
+    learner = train.build_learner(cfg, moe_dir)
+    got = learner.cfg
+    learner.close()
+    want = LearnerConfig(
+        algorithm="grpo",
+        eps_low=0.1,
+        eps_high=0.3,
+        lr=0.002,
+        weight_decay=0.1,
+        warmup_steps=3,
+        max_grad_norm=0.5,
+        num_minibatches=3,
+        micro_batch_tokens=512,
+        share_prompt_prefix=True,
+        logprob_chunk_tokens=64,
+        packing="off",
+        activation_checkpointing=True,
+        temperature=0.7,
+        seed=5,
+        loss_agg="seq-mean-token-sum-norm",
+        old_logprobs="recompute",
+        seq_is_cap=2.0,
+        seq_mask_bound=0.5,
+        seq_is_ratio="product",
+        routing_replay=True,
+        routing_replay_source="engine",
+        loss_norm_tokens=96,
+        clip_ratio_c=3.0,
+        kl_coef=0.2,
+        kl_estimator="k2",
+        entropy_coef=0.01,
+        ppo_epochs=2,
+    )
+    assert got == want
+    # every field train.py sets differs from the learner's default, so a dropped one shows
+    unset = {"betas", "mixed_precision"}  # not run config keys
+    default = LearnerConfig()
+    same = [f for f in LearnerConfig.__dataclass_fields__ if f not in unset]
+    assert [f for f in same if getattr(want, f) == getattr(default, f)] == []

@@ -12,7 +12,8 @@ once per micro-batch instead of once per row (prefix.py). Each path's step equal
 full-logits, padded one up to rounding (tests).
 
 This file is the `Learner`: its public API, the update loop, one minibatch's micro-batched
-loss and optimizer step, and the forward every pass shares (`_token_stats`). Beside it by role:
+loss and optimizer step, and the forward every pass shares (`forward.Forward`, which it
+implements: the passes beside it reach the model only through that). Beside it by role:
 - `prepass`: the old policy's and the frozen reference's passes before the first step;
 - `probe`: what the first minibatch measures (engine gap, expert volatility);
 - `build`: the model, optimizer and fast-path checks made from the config;
@@ -48,8 +49,9 @@ from gspo_agents.learner.build import (
 )
 from gspo_agents.learner.config import LearnerConfig
 from gspo_agents.learner.errors import BatchError
+from gspo_agents.learner.forward import Rows
 from gspo_agents.learner.head import TokenHead
-from gspo_agents.learner.moe import RouterRecorder, routes_for_microbatch
+from gspo_agents.learner.moe import routes_for_microbatch
 from gspo_agents.learner.packing import pack, packing_unsupported
 from gspo_agents.learner.parallel import (
     ProcessInfo,
@@ -65,7 +67,6 @@ from gspo_agents.learner.prepass import pre_update
 from gspo_agents.learner.probe import (
     PreUpdate,
     Probe,
-    Rows,
     expert_volatility,
     probe_metrics,
     record_probe,
@@ -74,6 +75,7 @@ from gspo_agents.learner.probe import (
 from gspo_agents.learner.regularizers import load_reference
 from gspo_agents.learner.stats import MinibatchStats, masked_mean, mean_over
 from gspo_agents.logprobs import TokenStats
+from gspo_agents.moe_routes import RouterRecorder
 from gspo_agents.objectives import get_objective, policy_loss
 from gspo_agents.trajectory import FlatBatch
 
@@ -125,7 +127,6 @@ class Learner:
             self.model, cfg.temperature, cfg.logprob_chunk_tokens, entropy_grad=cfg.entropy_coef > 0
         )
         self._pack = cfg.packing != "off" and not self._share_prefix and self._packing_supported()
-        self._off = cfg.off_policy
         if cfg.routing_replay and not self._routers.enabled:
             raise ValueError(
                 "routing_replay needs a mixture-of-experts model with top-k routers; "
@@ -198,10 +199,10 @@ class Learner:
         lengths = batch.attention_mask_BT.sum(dim=1).tolist()
         out_BT = torch.zeros(batch.input_ids_BT.shape, dtype=torch.float32, device=self.device)
         mine = rank_rows(list(range(batch.num_sequences)), self.rank, self.world_size)
-        for rows in self._synced_microbatches(batch, mine, lengths):
-            lp_BT, T = self._logprobs(self._micro(batch, rows, lengths))
+        for rows in self.synced_microbatches(batch, mine, lengths):
+            lp_BT = self.policy_logprobs(self.microbatch(batch, rows, lengths))
             if rows is not None:
-                out_BT[rows, :T] = lp_BT
+                out_BT[rows, : lp_BT.shape[1]] = lp_BT
         return all_reduce_(out_BT, self._info).cpu()
 
     def export_hf(self, out_dir: str) -> str:
@@ -246,11 +247,11 @@ class Learner:
     ) -> tuple[dict[str, float], float, bool]:
         stats = MinibatchStats(self._objective.ratio_level)
         mine = rank_rows(rows, self.rank, self.world_size)
-        micro = self._synced_microbatches(batch, mine, lengths)
+        micro = self.synced_microbatches(batch, mine, lengths)
         num_tokens = int(batch.loss_mask_BT[rows].sum())
         for j, micro_rows in enumerate(micro):
             set_gradient_sync(self.model, j == len(micro) - 1)
-            mb = self._micro(batch, micro_rows, lengths)
+            mb = self.microbatch(batch, micro_rows, lengths)
             T = mb.input_ids_BT.shape[1]
             weights = None
             if pre.weights_BT is not None:
@@ -337,8 +338,31 @@ class Learner:
             entropy_coef=c.entropy_coef,
         )
 
-    def _logprobs(self, mb: FlatBatch) -> tuple[torch.Tensor, int]:
-        return self._token_stats(mb).logprobs_BT, mb.input_ids_BT.shape[1]
+    # ----------------------------------------------------------------------------------------
+    # the forward the passes share (forward.Forward; prepass.py and probe.py use only this)
+    # ----------------------------------------------------------------------------------------
+    @property
+    def process(self) -> ProcessInfo:
+        return self._info
+
+    @property
+    def routers(self) -> RouterRecorder:
+        return self._routers
+
+    def policy_logprobs(self, mb: FlatBatch) -> torch.Tensor:
+        """The policy's log-probs [B, T] of a micro-batch, by the training forward."""
+        return self._token_stats(mb).logprobs_BT
+
+    def reference_logprobs(self, mb: FlatBatch) -> torch.Tensor:
+        """The frozen reference's log-probs [B, T] (padded rows; `kl_coef > 0` only)."""
+        if self._ref_head is None:
+            raise RuntimeError("reference_logprobs needs kl_coef > 0 (no reference loaded)")
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+            stats = self._ref_head(
+                mb.input_ids_BT.to(self.device),
+                attention_mask=mb.attention_mask_BT.to(self.device),
+            )
+        return stats.logprobs_BT
 
     def _token_stats(self, mb: FlatBatch) -> TokenStats:
         """Log-probs and entropies [B, T] of a micro-batch's tokens (0 at position 0 and on
@@ -357,7 +381,7 @@ class Learner:
     # ----------------------------------------------------------------------------------------
     # micro-batches
     # ----------------------------------------------------------------------------------------
-    def _synced_microbatches(
+    def synced_microbatches(
         self, batch: FlatBatch, rows: list[int], lengths: list[int]
     ) -> list[Rows]:
         """This rank's micro-batches, padded with dummies to the most any rank has.
@@ -377,7 +401,7 @@ class Learner:
         return micro + [None] * (most - len(micro))
 
     @staticmethod
-    def _micro(batch: FlatBatch, rows: Rows, lengths: list[int]) -> FlatBatch:
+    def microbatch(batch: FlatBatch, rows: Rows, lengths: list[int]) -> FlatBatch:
         if rows is not None:
             return batch.select(rows)
         # a one-row, two-token micro-batch with nothing to learn: gradient exactly zero

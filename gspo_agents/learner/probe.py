@@ -15,19 +15,14 @@ Shape legend: B rows of a micro-batch, T padded positions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
+from gspo_agents.learner.forward import Forward, Rows
 from gspo_agents.learner.moe import changed_experts, differing_expert_sets
 from gspo_agents.learner.parallel import ProcessInfo, all_reduce_
 from gspo_agents.offpolicy import mismatch_metrics, sequence_log_ratio
 from gspo_agents.trajectory import FlatBatch
-
-if TYPE_CHECKING:
-    from gspo_agents.learner.learner import Learner
-
-Rows = list[int] | None  # None: a dummy micro-batch that keeps FSDP collectives in step
 
 
 @dataclass(slots=True)
@@ -113,21 +108,21 @@ def probe_metrics(probe: Probe, info: ProcessInfo, device: torch.device) -> dict
 
 
 @torch.no_grad()
-def expert_volatility(learner: Learner, batch: FlatBatch, probe: Probe) -> dict[str, float]:
+def expert_volatility(fwd: Forward, batch: FlatBatch, probe: Probe) -> dict[str, float]:
     """Re-route the first minibatch's tokens under the weights after its ONE optimizer step
     and compare with the routes recorded in its forward before the step."""
     lengths = batch.attention_mask_BT.sum(dim=1).tolist()
-    counts = torch.zeros(4, dtype=torch.float64, device=learner.device)
+    counts = torch.zeros(4, dtype=torch.float64, device=fwd.device)
     for rows, before in zip(probe.micro, probe.routes, strict=True):
-        mb = learner._micro(batch, rows, lengths)
-        with learner._routers.recording() as after:
-            learner._logprobs(mb)
+        mb = fwd.microbatch(batch, rows, lengths)
+        with fwd.routers.recording() as after:
+            fwd.policy_logprobs(mb)
         if rows is None or before is None or not after:
             continue
         sets = differing_expert_sets(before, after[0], mb.attention_mask_BT.reshape(-1))
         experts = changed_experts(before, after[0], mb.loss_mask_BT.reshape(-1))
-        counts += torch.tensor([*sets, *experts], dtype=torch.float64, device=learner.device)
-    all_reduce_(counts, learner._info)
+        counts += torch.tensor([*sets, *experts], dtype=torch.float64, device=fwd.device)
+    all_reduce_(counts, fwd.process)
     c = counts.tolist()
     return {
         # the paper's: share of activated experts that change, response tokens only

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import torch
 
-from gspo_agents.learner.moe import RouterRecorder
+from gspo_agents.moe_routes import RouterRecorder
 from gspo_agents.rollout.local_batch import Prefill
 from gspo_agents.rollout.local_request import Request
 
