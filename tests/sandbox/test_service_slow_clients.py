@@ -14,7 +14,6 @@ import selectors
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
