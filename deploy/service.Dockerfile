@@ -1,5 +1,6 @@
 # The sandbox service image for deploy/k8s/: `python -m sandbox serve` with bubblewrap.
-#   docker build -f deploy/service.Dockerfile -t gspo-sandbox-service:latest .
+#   docker build -f deploy/service.Dockerfile -t REGISTRY/gspo-sandbox-service:VERSION .
+#   docker push REGISTRY/gspo-sandbox-service:VERSION   # prints the digest for deploy/k8s
 # Only the sandbox package goes in (it imports neither torch nor the trainer). The minimal root
 # the programs run in is built at image build time (debootstrap, needs the Debian mirror) into
 # GSPO_SANDBOX_CACHE, read-only at run time.
@@ -12,5 +13,7 @@ ENV GSPO_SANDBOX_CACHE=/opt/gspo-sandbox-cache PYTHONPATH=/opt/gspo
 COPY sandbox /opt/gspo/sandbox
 RUN python -c "from sandbox.isolation import image; print(image.ensure_rootfs())"
 WORKDIR /tmp
+# deploy/k8s runs it as this uid (runAsNonRoot); bubblewrap needs no privileges
+USER 10001:10001
 ENTRYPOINT ["python", "-m", "sandbox"]
 CMD ["serve", "--help"]

@@ -15,6 +15,7 @@ from sandbox.judging import compile_cache as compiled
 from sandbox.judging import judge as judging
 from sandbox.judging.compile_cache import CompileCache, image_identity, shared_cache
 from sandbox.judging.functional import apply_judge, harness_request
+from sandbox.registry import remote
 from sandbox.types import JudgeSpec, Limits, Program, RunResult, TestCase, TestResult, Verdict
 
 log = logging.getLogger("sandbox")
@@ -105,9 +106,7 @@ class Sandbox:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency} must be >= 1")
         if backend == "remote":  # urls=[...], token=...: runs on `python -m sandbox serve`
-            from sandbox.service.remote import RemoteSandbox
-
-            return RemoteSandbox(max_concurrency=max_concurrency, **backend_options)
+            return remote().sandbox(max_concurrency, **backend_options)
         if backend == "unsafe-local":
             if not allow_unsafe_local:
                 raise SandboxUnavailable(

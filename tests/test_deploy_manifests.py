@@ -9,11 +9,19 @@ drain.
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sandbox.cli import _parser
+from sandbox.isolation import runner_guard
 from sandbox.service.auth import OPEN_PATHS, check_bind
 
 K8S = Path(__file__).resolve().parents[1] / "deploy" / "k8s"
@@ -96,3 +104,91 @@ def test_services_select_the_pods_on_the_named_port() -> None:
     for service in manifests()["Service"]:
         assert service["spec"]["selector"].items() <= labels.items()
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= port_names
+
+
+# ---- issue 32: the pod's security context, pinned images, the seccomp profile, TLS ----------
+DEPLOY = K8S.parent
+DIGEST = re.compile(r"^[a-z0-9.\-]+(:\d+)?(/[a-z0-9._\-]+)+@sha256:[0-9a-f]{64}$")
+# what bubblewrap inside the pod must be allowed: namespaces and mounts
+BWRAP_NEEDS = {
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "fsopen", "fsconfig",
+    "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr", "clone", "clone3",
+}  # fmt: skip
+
+
+def test_pod_runs_non_root_without_capabilities_under_the_projects_seccomp_profile() -> None:
+    pod = deployment()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["runAsNonRoot"] is True and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    for where in (security, pod["securityContext"]):
+        profile = where["seccompProfile"]
+        assert profile["type"] in ("RuntimeDefault", "Localhost"), profile
+        if profile["type"] == "Localhost":
+            assert (K8S / "seccomp" / profile["localhostProfile"]).is_file()
+    # the image drops root too, so the pod's runAsNonRoot check passes
+    assert re.search(r"^USER [1-9]\d*", (DEPLOY / "service.Dockerfile").read_text(), re.M)
+
+
+def test_images_are_pinned_by_digest() -> None:
+    for doc in manifests()["Deployment"]:
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            assert DIGEST.match(container["image"]), container["image"]
+
+
+def test_seccomp_profile_denies_what_judge_runs_deny_but_bubblewraps_namespaces() -> None:
+    profile = json.loads((K8S / "seccomp" / "gspo-sandbox.json").read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    denied = {
+        name: rule["errnoRet"]
+        for rule in profile["syscalls"]
+        if rule["action"] == "SCMP_ACT_ERRNO"
+        for name in rule["names"]
+    }
+    want = {n: errno.EPERM for n in runner_guard.DENY_EPERM if n not in BWRAP_NEEDS}
+    want |= {n: errno.ENOSYS for n in runner_guard.DENY_ENOSYS if n not in BWRAP_NEEDS}
+    assert denied == want
+    assert {"io_uring_setup", "bpf", "perf_event_open", "keyctl", "add_key"} <= set(denied)
+
+
+def _haproxy(path: Path) -> str:
+    return path.read_text()
+
+
+def test_haproxy_times_out_slow_requests_and_offers_tls() -> None:
+    for name in ("haproxy.cfg", "haproxy-tls.cfg"):
+        cfg = _haproxy(DEPLOY / "haproxy" / name)
+        assert re.search(r"^\s*timeout http-request \d+s$", cfg, re.M), name
+        assert re.search(r"^\s*option http-buffer-request$", cfg, re.M), name
+    tls = _haproxy(DEPLOY / "haproxy" / "haproxy-tls.cfg")
+    assert re.search(r"^\s*bind .* ssl crt ", tls, re.M)
+    assert "haproxy-tls.cfg" in (DEPLOY.parent / "docs" / "sandbox_fleet.md").read_text()
+
+
+def test_tls_config_is_valid_for_haproxy(tmp_path: Path) -> None:
+    if not (shutil.which("haproxy") and shutil.which("openssl")):
+        if os.environ.get("CI", "").lower() == "true":
+            raise AssertionError("haproxy and openssl are needed here (.ci installs them)")
+        pytest.skip("haproxy or openssl missing")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    pem = tmp_path / "sandbox.pem"
+    pem.write_bytes(cert.read_bytes() + key.read_bytes())
+    env = {
+        **os.environ,
+        "GSPO_LB_BIND": "127.0.0.1:18443",  # -c only checks: nothing binds
+        "GSPO_LB_CERT": str(pem),
+        **{f"GSPO_SANDBOX_{i}": f"127.0.0.1:{i}" for i in (1, 2, 3)},
+    }
+    out = subprocess.run(
+        ["haproxy", "-c", "-f", str(DEPLOY / "haproxy" / "haproxy-tls.cfg")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -60,6 +60,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 MIB = 1 << 20
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROGRAM_NICE = 19  # programs run below the runner (see spawn)
 SETUP_FAILED = 3  # exit code of a syntax-check child whose setup failed (it runs no user code)
 CTL_GROUPS = None  # cgroup fds received over --ctl (docker); used when a request has none
 
@@ -124,6 +125,10 @@ def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
             os.closerange(3, status_w)
             os.closerange(status_w + 1, 1 << 16)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            # Below the runner: under a fork storm the program's processes outnumber it, and it
+            # must still get the CPU to read their usage and kill them at the limit (without
+            # CAP_SYS_NICE they cannot renice back; the session agent does the same).
+            os.setpriority(os.PRIO_PROCESS, 0, PROGRAM_NICE)
             apply_limits(lim)
             if seccomp:
                 guard.install_seccomp()
@@ -156,6 +161,32 @@ def spawn(argv, stdin_path, cwd, lim, tree, seccomp):
         os.close(err_r)
         raise RuntimeError(f"cannot start {argv[0]}: {failure}")
     return pid, out_r, err_r
+
+
+def cpu_poll_s(left, spent, elapsed):
+    """When to read the tree's CPU next: every POLL_S, and sooner as the limit nears (half the
+    time the current burn rate needs to reach it, 1 ms at least), so that a tree burning every
+    core overshoots its limit by about a millisecond of CPU per core, not a poll's worth (the
+    session agent's rule, sandbox/sessions/agent.py)."""
+    rate = spent / elapsed if elapsed > 0 else 0.0
+    if rate <= 0:
+        return guard.POLL_S
+    return min(guard.POLL_S, max(0.001, left / rate / 2))
+
+
+def strike(pid, kill_all):
+    """At a limit, kill the tree at once: under a fork storm every moment until the kill is CPU
+    over the limit. The process group misses what called setsid(); with kill_all (alone in our
+    pid namespace) kill(-1) reaches every process of the tree in one syscall."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if kill_all:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def kill_everything(pid, kill_all):
@@ -192,16 +223,17 @@ def supervise(pid, out_fd, err_fd, lim, tree):
     out, err = bytearray(), bytearray()
     reason, exited = "", False
     next_poll = 0.0
+    last = (time.monotonic(), 0.0)  # (when, tree CPU) at the previous sample
     while not reason and (not exited or len(sel.get_map()) > 1):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             reason = "wall"
             break
         # RLIMIT_CPU has 1 s granularity and sees one process; the tree's CPU time (all its
-        # processes, waited for or not) is polled every POLL_S.
+        # processes, waited for or not, setsid() or not: the cgroup's count) is polled every
+        # POLL_S, sooner as the limit nears.
         now = time.monotonic()
         if now >= next_poll:
-            next_poll = now + guard.POLL_S
             cpu, over_memory = tree.sample(pid)
             if cpu > lim["time_s"]:
                 reason = "cpu"
@@ -209,7 +241,9 @@ def supervise(pid, out_fd, err_fd, lim, tree):
             if over_memory:
                 reason = "memory"
                 break
-        for key, _ in sel.select(min(timeout, guard.POLL_S)):
+            next_poll = now + cpu_poll_s(lim["time_s"] - cpu, cpu - last[1], now - last[0])
+            last = (now, cpu)
+        for key, _ in sel.select(max(0.0, min(timeout, next_poll - now))):
             if key.data == "exit":
                 exited = True
                 sel.unregister(pidfd)
@@ -244,10 +278,7 @@ def run_one(argv, stdin_path, cwd, lim, kill_all, group=None, seccomp=False):
     finally:
         # Collect the test's own status first (the kill loop below would reap it anonymously).
         if reason:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            strike(pid, kill_all)
         _, status, usage = os.wait4(pid, 0)
         wall = time.monotonic() - started  # start to exit, as SandboxFusion's execution_time
         kill_everything(pid, kill_all)

@@ -144,6 +144,7 @@ def install_seccomp():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
+# (everything above stands alone: session agents run it, sandbox/sessions/backends/base.py)
 # ---- whole-tree accounting ----------------------------------------------------------------------
 def _pread(fd):
     return os.pread(fd, 4096, 0).decode()

@@ -22,6 +22,7 @@ from typing import Any
 
 from sandbox.core import LOCAL_BACKENDS, Sandbox
 from sandbox.service.auth import TOKEN_ENV, TokenError, check_bind, load_token
+from sandbox.service.requests import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, ServiceConfig
 from sandbox.sessions.pool import SESSION_BACKENDS
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -52,6 +53,18 @@ def add_parser(sub: Any) -> None:
         "--session-idle-s", type=float, default=900.0, help="close sessions idle this long"
     )
     serve.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=HEADER_TIMEOUT_S,
+        help="a request's headers must arrive within this (else 408, connection closed)",
+    )
+    serve.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=BODY_TIMEOUT_S,
+        help="a request's body must arrive within this (else 408); admitted only once read",
+    )
+    serve.add_argument(
         "--drain-timeout-s",
         type=float,
         default=900.0,
@@ -63,10 +76,15 @@ def add_parser(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from sandbox.service.server import ServiceConfig, build_app
+    from sandbox.service.deadlines import with_header_timeout
+    from sandbox.service.server import build_app
     from sandbox.service.session_routes import SessionCaps, SessionService
     from sandbox.sessions.pool import SessionPool
 
+    for flag in ("header_timeout_s", "body_timeout_s"):
+        if not getattr(args, flag) > 0:
+            print(f"error: --{flag.replace('_', '-')} must be positive", file=sys.stderr)
+            return EXIT_USAGE
     try:
         token = load_token(args.token_file)
         check_bind(args.host, token)
@@ -95,7 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sessions = SessionService(pool, SessionCaps(idle_s=args.session_idle_s))
     app = build_app(
         sandbox,
-        ServiceConfig(max_queue=args.max_queue),
+        ServiceConfig(max_queue=args.max_queue, body_timeout_s=args.body_timeout_s),
         owns_sandbox=True,
         token=token,
         sessions=sessions,
@@ -114,6 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log_level="warning",
             timeout_graceful_shutdown=args.drain_timeout_s,
             timeout_keep_alive=KEEP_ALIVE_S,
+            http=with_header_timeout(args.header_timeout_s),
         )
         uvicorn.Server(config).run(sockets=[sock])
     return EXIT_OK

@@ -45,6 +45,7 @@ import httpx
 
 from sandbox.core import DEFAULT_JUDGE, DEFAULT_LIMITS, Sandbox, _budget
 from sandbox.errors import SandboxUnavailable
+from sandbox.registry import register_remote
 from sandbox.service.auth import TOKEN_ENV
 from sandbox.service.fleet import Fleet, NoHostAvailable
 from sandbox.sessions.api import SessionLimits
@@ -368,3 +369,19 @@ def shared_remote(options: dict[str, Any]) -> RemoteSandbox:
 async def close_shared() -> None:
     made = list(_shared.pop(asyncio.get_running_loop(), {}).values())
     await asyncio.gather(*(sb.aclose() for sb in made), return_exceptions=True)
+
+
+class _Remote:
+    """This package's side of sandbox/registry.py: how core and sessions reach it."""
+
+    def sandbox(self, max_concurrency: int, **options: Any) -> Sandbox:
+        return RemoteSandbox(max_concurrency=max_concurrency, **options)
+
+    def session(self, limits: Any, options: dict[str, Any]) -> AbstractAsyncContextManager[Any]:
+        return shared_remote(options).session(limits)
+
+    async def close_shared(self) -> None:
+        await close_shared()
+
+
+register_remote(_Remote())

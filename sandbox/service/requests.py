@@ -15,12 +15,14 @@ the parser's limit (~900 levels) is a 400, as is a value nested deeper than 500 
 function-style arguments.
 
 A malformed request raises BadRequest (the server answers 400 with its message), a body over
-max_body_bytes raises TooLarge (413). This module runs nothing and knows nothing of HTTP routing
+max_body_bytes raises TooLarge (413), one not received within body_timeout_s raises SlowBody
+(408: a stalled upload holds its connection that long at most, and never an admission slot). This module runs nothing and knows nothing of HTTP routing
 (sandbox/service/server.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from dataclasses import dataclass
@@ -42,6 +44,10 @@ LANGUAGE_ALIASES = {
 }
 
 
+HEADER_TIMEOUT_S = 10.0  # enforced by the HTTP protocol (deadlines.py), answered 408
+BODY_TIMEOUT_S = 30.0  # enforced by read_json, answered 408
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceConfig:
     """Server-side maxima: a request asking for more gets 400 naming the field."""
@@ -55,6 +61,8 @@ class ServiceConfig:
     max_total_output_bytes: int = 256 << 20  # output_bytes x tests: host memory for the reply
     max_processes: int = 256  # >= Limits().processes (128: 64 threads and room)
     retry_after_s: int = 1
+    header_timeout_s: float = HEADER_TIMEOUT_S  # a request's headers arrive within this
+    body_timeout_s: float = BODY_TIMEOUT_S  # and its whole body within this, after them
 
 
 class BadRequest(ValueError):
@@ -65,16 +73,34 @@ class TooLarge(ValueError):
     pass
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
+class SlowBody(ValueError):
+    """The body did not arrive within the deadline: answered with 408."""
+
+
+async def read_json(
+    request: Request, limit: int, timeout_s: float = BODY_TIMEOUT_S
+) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge(f"request body of {declared} bytes exceeds the {limit}-byte limit")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request body exceeds the {limit}-byte limit")
-        chunks.append(chunk)
+    chunks: list[bytes] = []
+
+    async def collect() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"request body exceeds the {limit}-byte limit")
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(collect(), timeout_s)
+    except asyncio.TimeoutError as exc:
+        got = sum(map(len, chunks))
+        raise SlowBody(
+            f"request body not received within {timeout_s:g} s ({got} bytes arrived); "
+            "send it at once, as one request"
+        ) from exc
     try:
         body = json.loads(b"".join(chunks))
     except RecursionError as exc:

@@ -10,7 +10,9 @@
                      stderr}, executor_pod_name, files}
 
 Admission control: at most max_concurrency runs execute and max_queue wait; beyond that a
-request gets 429 with Retry-After at once (back-pressure, not an unbounded backlog). Bodies over
+request gets 429 with Retry-After at once (back-pressure, not an unbounded backlog). A request is
+admitted only once its body is read: headers must arrive within 10 s (deadlines.py), the body
+within body_timeout_s (30 s; else 408), so stalled clients never hold a slot. Bodies over
 max_body_bytes get 413 before they are read in full. Malformed requests get 400 with a JSON
 {"error"} naming the field; an internal error is a JSON 500, never plain text.
 
@@ -44,6 +46,7 @@ from sandbox.service.auth import BearerAuth
 from sandbox.service.requests import (
     BadRequest,
     ServiceConfig,
+    SlowBody,
     TooLarge,
     parse_judge,
     parse_run_code,
@@ -71,7 +74,21 @@ def build_app(
     state = {"pending": 0, "served": 0, "draining": False}
     capacity = sandbox.max_concurrency + config.max_queue
 
+    async def read_body(request: Request, limit: int) -> dict[str, Any]:
+        return await read_json(request, limit, config.body_timeout_s)
+
     async def admitted(request: Request, handler: Any) -> JSONResponse:
+        # The body first: a request is admitted (counted as pending) only once it is read, so
+        # clients that stall their uploads hold a connection (until body_timeout_s), never a
+        # slot that a legitimate request would then be refused for.
+        try:
+            body = await read_body(request, config.max_body_bytes)
+        except SlowBody as exc:
+            return JSONResponse({"error": str(exc)}, status_code=408)
+        except TooLarge as exc:
+            return JSONResponse({"error": str(exc)}, status_code=413)
+        except BadRequest as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
         if state["pending"] >= capacity:
             return JSONResponse(
                 {"error": "sandbox queue is full, retry later"},
@@ -82,12 +99,9 @@ def build_app(
             return JSONResponse({"error": "this sandbox instance is draining"}, status_code=503)
         state["pending"] += 1
         try:
-            body = await read_json(request, config.max_body_bytes)
             reply = JSONResponse(await handler(body))
             state["served"] += 1
             return reply
-        except TooLarge as exc:
-            return JSONResponse({"error": str(exc)}, status_code=413)
         except (BadRequest, ValueError, TypeError) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         except (RecursionError, MemoryError) as exc:  # a pathological value got past parsing
@@ -152,7 +166,7 @@ def build_app(
         Route("/run_code", run_code, methods=["POST"]),
     ]
     if sessions is not None:
-        routes += sessions.routes(read_json)
+        routes += sessions.routes(read_body)
     app = Starlette(routes=routes, lifespan=lifespan)
     return BearerAuth(app, token) if token is not None else app
 

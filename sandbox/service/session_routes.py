@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sandbox.errors import BackendFailure
+from sandbox.service.requests import SlowBody
 from sandbox.sessions.api import SessionBudgetExceeded, SessionClosed, SessionLimits
 from sandbox.sessions.pool import SandboxSession, SessionPool
 
@@ -146,13 +147,18 @@ class SessionService:
     async def _create(self, request: Request) -> JSONResponse:
         if self.draining:
             return _error(503, "this sandbox instance is draining", "Draining")
+        try:  # the body before a reservation: a stalled upload never holds a session's place
+            body = await self._read_json(request, 1 << 20)
+        except SlowBody as exc:
+            return _error(408, str(exc), "SlowBody")
+        except ValueError as exc:
+            return _error(400, str(exc), "ValueError")
         if self.live >= self.pool.max_sessions:
             return _error(
                 429, f"all {self.pool.max_sessions} sessions are in use", "Full", retry=True
             )
         self._reserved += 1
         try:
-            body = await self._read_json(request, 1 << 20)
             limits = parse_session_limits(body.get("limits") or {}, self.caps)
             cm = self.pool.session(limits)
             ws = await cm.__aenter__()
@@ -184,7 +190,10 @@ class SessionService:
             return _error(404, f"unknown session operation {op!r}; known: {sorted(_OPS)}", "")
         live.busy += 1
         try:
-            body = await self._read_json(request, self.caps.max_body_bytes)
+            try:
+                body = await self._read_json(request, self.caps.max_body_bytes)
+            except SlowBody as exc:
+                return _error(408, str(exc), "SlowBody")
             reply = await handler(live.ws, body, self.caps)
         except BackendFailure as exc:
             await self._close(sid)

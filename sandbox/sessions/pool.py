@@ -23,13 +23,13 @@ import json
 import logging
 import os
 import secrets
-import sys
 import weakref
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from sandbox.errors import BackendFailure, SandboxError, SandboxUnavailable
 from sandbox.isolation.backends.base import allocate_uids
+from sandbox.registry import loaded_remote, remote
 from sandbox.sessions.api import (
     ExecResult,
     SessionBudgetExceeded,
@@ -493,9 +493,7 @@ async def session(
     if backend == "remote":  # urls=[...], token=...: a session on a sandbox service
         if image:
             raise ValueError("remote sessions cannot start from an image= yet: use backend=docker")
-        from sandbox.service.remote import shared_remote
-
-        async with shared_remote(pool_options).session(limits) as remote_ws:
+        async with remote().session(limits, pool_options) as remote_ws:
             yield remote_ws
         return
     pools = _default_pools.setdefault(asyncio.get_running_loop(), {})
@@ -511,8 +509,9 @@ async def close_sessions() -> None:
     """Close the shared pools that `session()` made on this event loop (trainer shutdown)."""
     pools = list(_default_pools.pop(asyncio.get_running_loop(), {}).values())
     await asyncio.gather(*(p.aclose() for p in pools), return_exceptions=True)
-    if "sandbox.service.remote" in sys.modules:
-        await sys.modules["sandbox.service.remote"].close_shared()
+    used = loaded_remote()
+    if used is not None:
+        await used.close_shared()
 
 
 def _implements_the_protocol(ws: SandboxSession) -> Workspace:

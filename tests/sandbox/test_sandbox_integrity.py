@@ -239,6 +239,32 @@ async def test_cpu_of_children_never_waited_for_counts(slot: Sandbox) -> None:
     await assert_next_run_clean(slot)
 
 
+SETSID_STORM = r"""
+import os
+while True:
+    try:
+        if os.fork() == 0:
+            os.setsid()  # out of the test's process group and session
+    except OSError:
+        pass
+"""
+
+
+async def test_cpu_limit_holds_under_a_fork_and_setsid_storm(slot: Sandbox) -> None:
+    """Issue 32 T7: 64 processes forking and leaving the session overshot a 2 s limit by 22-25%
+    (2.44 s bubblewrap, 2.50 s namespaces): the runner polled every 20 ms at the storm's
+    priority and its kill missed what called setsid(). At 1 s (the overshoot is mostly a fixed
+    delay, so a short limit shows it) the old runner reported 1.05-1.73 s here; within 10% now,
+    on every backend."""
+    limit = 1.0
+    result = await slot.run(
+        py(SETSID_STORM), [TestCase("")], Limits(time_s=limit, wall_time_s=120, processes=64)
+    )
+    assert result.verdict is Verdict.TLE and "CPU" in result.tests[0].message, result
+    assert limit <= result.tests[0].time_s <= 1.1 * limit, result
+    await assert_next_run_clean(slot)
+
+
 PROCESS_COUNT = r"""
 import os, time
 started = 0

@@ -33,9 +33,21 @@ from sandbox.isolation.backends.docker import _close_ctl, _send_groups
 from sandbox.sessions.api import WORKSPACE, SessionLimits
 
 _HERE = Path(__file__).resolve().parent.parent  # sandbox/sessions
+# The judge runs' syscall filter (runner_guard's seccomp part, the very same source), installed
+# in the agent before any of its own code runs: the agent, the kernel and every process of every
+# call inherit it and cannot remove it, on every session backend (issue 32 T4).
+_GUARD = (_HERE.parent / "isolation" / "runner_guard.py").read_text()
+_GUARD = _GUARD[: _GUARD.index("\n# ---- whole-tree accounting ---")]
+SECCOMP_PRELUDE = (
+    "_gspo_guard = {'__name__': 'runner_guard'}\n"
+    f"exec(compile({_GUARD!r}, 'runner_guard.py', 'exec'), _gspo_guard)\n"
+    "_gspo_guard['install_seccomp']()\n"
+    "del _gspo_guard\n"
+)
 AGENT_SOURCE = "\n".join(  # the agent's helpers first: inside, they are the agent's globals
     (_HERE / name).read_text() for name in ("agent_files.py", "agent_limits.py", "agent.py")
 )
+AGENT_SOURCE = SECCOMP_PRELUDE + AGENT_SOURCE
 KERNEL_SOURCE = (_HERE / "kernel.py").read_text()
 AGENT_ARGV = ("/usr/bin/python3", "-S", "-c", AGENT_SOURCE)
 SESSION_LABEL = "gspo-sandbox.kind=session"
