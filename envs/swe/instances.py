@@ -16,8 +16,10 @@ Accepted row layouts (field names as their dataset cards and harnesses publish t
   commit_hash against its parent, read from a local git repo_path.
 
 Any layout may add `repo_path`: a local git repository (checked out at base_commit when one is
-given) or a plain directory holding the repository, for machines without registry access; a
-relative path is resolved against the JSONL file's directory. Without it the instance runs in its
+given), a plain directory holding the repository, or a source archive (a PyPI sdist: .tar.gz,
+.tgz, .tar.bz2, .tar.xz, .tar) unpacked on first use into a cache dir (envs/swe/archives.py; the
+optional `repo_files` globs keep only those of its files), for machines without registry access;
+a relative path is resolved against the JSONL file's directory. Without it the instance runs in its
 image (image_name / docker_image; for SWE-bench rows, which publish none, the harness's own name
 swebench/sweb.eval.x86_64.<id with __ as _1776_>:latest). Optional `test_files` lists the test
 files to run (default: the files of the FAIL_TO_PASS / PASS_TO_PASS ids); `split` (train|test)
@@ -31,6 +33,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from envs.swe.archives import ARCHIVE_SUFFIXES, is_archive, unpack
 
 __all__ = ["Instance", "load_instances", "parse_instance", "split_of"]
 
@@ -226,9 +230,29 @@ def _repo_path(row: dict[str, Any], base_dir: Path | None, where: str) -> str:
     path = Path(raw)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
+    keep = _globs(row, where)
+    if is_archive(path):
+        if not path.is_file():
+            raise ValueError(f"{where}: repo_path {raw!r} is not a file (looked at {path})")
+        try:
+            return str(unpack(path, keep))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from exc
+    if keep:
+        raise ValueError(f"{where}: repo_files selects files of an archive; {raw!r} is not one")
     if not path.is_dir():
-        raise ValueError(f"{where}: repo_path {raw!r} is not a directory (looked at {path})")
+        raise ValueError(
+            f"{where}: repo_path {raw!r} is not a directory or a source archive "
+            f"({', '.join(ARCHIVE_SUFFIXES)}) (looked at {path})"
+        )
     return str(path.resolve())
+
+
+def _globs(row: dict[str, Any], where: str) -> tuple[str, ...]:
+    value = row.get("repo_files", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: repo_files must be a list of globs")
+    return tuple(value)
 
 
 def _image(row: dict[str, Any], iid: str, schema: Schema, where: str) -> str:

@@ -3,14 +3,15 @@
     pip download --no-binary :all: --no-deps inflection==0.5.1 ... -d SDIST_DIR
     python -m envs.swe.make_set SDIST_DIR [--per-project 25]
 
-For each project in PROJECTS: the kept files of its sdist (package source, its own tests, licence;
-a src/ layout is flattened) go to envs/swe/data/repos/NAME-VERSION/. Then candidate bugs from
+For each project in PROJECTS: its sdist is copied, unmodified, to envs/swe/data/repos/
+NAME-VERSION.tar.gz; the kept files (package source, its own tests, licence; a src/ layout is
+flattened: the rows' repo_files) are unpacked from it on use (envs/swe/archives.py). Then candidate bugs from
 mutate.py are tried one at a time on the host: the project's test files for that module run
 before (pristine) and after the mutation through the same pytest runner the grader uses. A
 candidate is kept when at least one and at most 80% of the tests that passed now fail
 (FAIL_TO_PASS); PASS_TO_PASS is a seeded
 sample (at most 60) of the tests that pass both times. Rows use the SWE-smith layout (`patch`
-introduces the bug) plus repo_path and test_files, written to envs/swe/data/instances.jsonl.
+introduces the bug) plus repo_path, repo_files and test_files, written to envs/swe/data/instances.jsonl.
 The issue text describes the symptom as a user would (the function, what goes wrong, the error
 line pytest showed), never a test id or the patch. Run `python -m envs.swe validate` on the
 result: that is the gold validation in the sandbox.
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.swe.archives import unpack
 from envs.swe.mutate import Mutation, mutations
 from envs.swe.repo import pytest_bundle
 
@@ -142,22 +144,22 @@ PROJECTS = (
 )
 
 
-def prepare(project: Project, sdists: Path) -> Path:
-    """envs/swe/data/repos/NAME-VERSION with the project's kept files."""
-    root = next(sdists.glob(f"{project.name}-{project.version}"), None)
-    if root is None:
-        archive = next(sdists.glob(f"{project.name}-{project.version}.tar.gz"))
-        subprocess.run(["tar", "-xzf", str(archive), "-C", str(sdists)], check=True)
-        root = sdists / f"{project.name}-{project.version}"
-    base = root / "src" if (root / "src").is_dir() else root
-    dest = DATA / "repos" / f"{project.name}-{project.version}"
-    shutil.rmtree(dest, ignore_errors=True)
-    for pattern in project.keep:
-        for path in sorted(list(base.glob(pattern)) + list(root.glob(pattern))):
-            rel = path.relative_to(base if path.is_relative_to(base) else root)
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest / rel)
-    return dest
+def archive_of(project: Project) -> Path:
+    return DATA / "repos" / f"{project.name}-{project.version}.tar.gz"
+
+
+def prepare(project: Project, sdists: Path | None) -> Path:
+    """The project's kept files, unpacked from its sdist (copied from `sdists` into
+    envs/swe/data/repos/ first, when given)."""
+    if sdists is not None:
+        archive = sdists / archive_of(project).name
+        if not archive.is_file():
+            raise FileNotFoundError(
+                f"{archive} is missing: pip download --no-binary :all: --no-deps "
+                f"{project.name}=={project.version} -d {sdists}"
+            )
+        shutil.copyfile(archive, archive_of(project))
+    return unpack(archive_of(project), project.keep)
 
 
 def run_host(tree: Path, files: tuple[str, ...]) -> tuple[dict[str, str], str]:
@@ -239,7 +241,7 @@ def build(
 ) -> int:
     """Screen every project's targets; each new kept row is appended to `out` at once.
 
-    sdists=None reuses the trees already under data/repos. A candidate whose patch is already a
+    sdists=None reuses the archives already under data/repos. A candidate whose patch is already a
     row of `out` is skipped, so a re-run (another seed, new targets) adds only new bugs.
     """
     count = start
@@ -247,10 +249,7 @@ def build(
     for project in PROJECTS:
         if only and project.name not in only:
             continue
-        if sdists is None:
-            tree = DATA / "repos" / f"{project.name}-{project.version}"
-        else:
-            tree = prepare(project, sdists)
+        tree = prepare(project, sdists)
         quota = -(-per_project // len(project.targets))
         for module, files in project.targets.items():
             if modules and module not in modules:
@@ -326,7 +325,8 @@ def row(project, index, module, files, mutation, source, f2p, p2p, log) -> dict:
         "FAIL_TO_PASS": f2p,
         "PASS_TO_PASS": p2p,
         "problem_statement": issue_text(project, module, mutation, log),
-        "repo_path": f"repos/{project.name}-{project.version}",
+        "repo_path": f"repos/{archive_of(project).name}",
+        "repo_files": list(project.keep),
         "test_files": list(files),
         "license": project.licence,
     }
@@ -339,7 +339,7 @@ def main() -> None:
     parser.add_argument("--modules", nargs="*", help="only these target modules (default: all)")
     parser.add_argument("--workers", type=int, default=3, help="candidates screened at once")
     parser.add_argument(
-        "sdists", type=Path, nargs="?", help="sdist folder (default: reuse data/repos as is)"
+        "sdists", type=Path, nargs="?", help="sdist folder (default: the archives in data/repos)"
     )
     parser.add_argument("--per-project", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
