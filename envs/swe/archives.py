@@ -3,7 +3,7 @@
     tree = unpack(Path("repos/toolz-1.2.0.tar.gz"), keep=("toolz/*.py", "LICENSE.txt"))
 
 The archive's top directory is stripped; with `keep` (globs, `*` never crossing a `/`) only the
-matching files are kept, matched on each path with a leading `src/` removed (a src/ layout is
+matching files are kept (`**/` spans folders; `!G` drops what G matches, the last matching glob deciding), matched on each path with a leading `src/` removed (a src/ layout is
 flattened, as the shipped set's trees are). The tree is written once per content hash of the
 archive and the globs under ~/.cache/gspo-agents/swe-repos/KEY/NAME (NAME: the archive's name
 without its suffix), atomically: built in a temporary folder beside it and renamed into place, so
@@ -13,14 +13,15 @@ absolute or `..` paths). The archives are trusted inputs (the instance file's ow
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import shutil
 import tarfile
 import tempfile
-from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
-__all__ = ["ARCHIVE_SUFFIXES", "cache_root", "is_archive", "unpack"]
+__all__ = ["ARCHIVE_SUFFIXES", "cache_root", "is_archive", "trimmed", "unpack"]
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar")
 _unpacked: dict[tuple[object, ...], Path] = {}  # one hash of each archive per process
@@ -87,7 +88,7 @@ def _extract(archive: Path, keep: tuple[str, ...], dest: Path) -> int:
             if keep:
                 if rel.parts[0] == "src" and len(rel.parts) > 1:
                     rel = PurePosixPath(*rel.parts[1:])
-                if not any(_matches(rel, pattern) for pattern in keep):
+                if not _kept(rel, keep):
                     continue
             target = dest.joinpath(*rel.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +109,40 @@ def _relative(name: str) -> PurePosixPath | None:
     return PurePosixPath(*parts[1:])
 
 
+def _kept(rel: PurePosixPath, keep: tuple[str, ...]) -> bool:
+    """The last glob that matches decides, as in .gitignore: `G` keeps, `!G` drops."""
+    verdict = False
+    for glob in keep:
+        if _matches(rel, glob.removeprefix("!")):
+            verdict = not glob.startswith("!")
+    return verdict
+
+
 def _matches(rel: PurePosixPath, pattern: str) -> bool:
-    want = PurePosixPath(pattern).parts
-    return len(want) == len(rel.parts) and all(map(fnmatchcase, rel.parts, want))
+    return _regex(pattern).fullmatch(rel.as_posix()) is not None
+
+
+@functools.lru_cache(maxsize=512)
+def _regex(pattern: str) -> re.Pattern[str]:
+    """A glob as a regex: `*` and `?` never cross a `/`; `**/` spans any number of folders."""
+    out = []
+    for part in re.split(r"(\*\*/|\*|\?)", pattern):
+        out.append({"**/": "(?:.*/)?", "*": "[^/]*", "?": "[^/]"}.get(part, re.escape(part)))
+    return re.compile("".join(out))
+
+
+def trimmed(sdist: Path, keep: tuple[str, ...], dest: Path) -> Path:
+    """A deterministic .tar.xz of the sdist's files that match `keep` (top folder NAME kept, src/
+    flattened): for projects whose whole sdist is too big to ship (Django, sympy)."""
+    name = next(dest.name[: -len(s)] for s in ARCHIVE_SUFFIXES if dest.name.endswith(s))
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / name
+        _extract(sdist, keep, tree)
+        with tarfile.open(dest, "w:xz", preset=9, format=tarfile.GNU_FORMAT) as tar:
+            for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+                info = tar.gettarinfo(path, f"{name}/{path.relative_to(tree).as_posix()}")
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                info.mode = 0o644
+                with path.open("rb") as fh:
+                    tar.addfile(info, fh)
+    return dest

@@ -34,11 +34,11 @@ from typing import Any
 
 from envs.swe.instances import Instance
 from envs.swe.repo import PatchError, apply_patch, materialize, pytest_bundle, source_files
+from envs.swe.runners import passed, runner_for, stage_guarded
 from envs.swe.testbed import TESTBED, ImageTree, build_in_session
 
 __all__ = ["TestRun", "Verdict", "graded_tree", "judge", "run_tests"]
 
-RUNNER = Path(__file__).with_name("pytest_runner.py")
 SOURCE_MAX_BYTES = 4 << 20
 SUCCESS = ("PASSED", "XFAIL")
 
@@ -68,7 +68,7 @@ def judge(run: TestRun, inst: Instance) -> Verdict:
     if "__tampered__" in run.statuses:
         why = f"the code under test replaced test machinery ({run.statuses['__tampered__']})"
         return Verdict(False, 0.0, required, why)
-    failed = tuple(t for t in required if run.statuses.get(t) not in SUCCESS)
+    failed = tuple(t for t in required if not passed(t, run.statuses, SUCCESS))
     fraction = 1 - len(failed) / len(required)
     if not failed:
         return Verdict(True, 1.0, (), "")
@@ -81,7 +81,8 @@ async def graded_tree(agent_ws: Any, inst: Instance, dest: Path) -> tuple[Path, 
     Returns it and notes on files that could not be taken (missing, unreadable, not a file)."""
     await agent_ws.kill_processes()
     tree = materialize(inst, dest)
-    notes = []
+    notes: list[str] = []
+    changed: list[str] = []
     for rel in source_files(tree):
         try:
             data = await agent_ws.read_file(f"/workspace/repo/{rel}", max_bytes=SOURCE_MAX_BYTES)
@@ -89,12 +90,21 @@ async def graded_tree(agent_ws: Any, inst: Instance, dest: Path) -> tuple[Path, 
             (tree / rel).unlink()
             notes.append(f"{rel}: {type(exc).__name__}")
             continue
+        if (tree / rel).read_bytes() != data:
+            changed.append(rel)
         (tree / rel).write_bytes(data)
+    changed_files(tree).write_text("".join(f"{rel}\n" for rel in changed))
     try:
         apply_patch(tree, inst.test_patch, what="test_patch")
     except PatchError as exc:  # only possible when the agent's edits collide with it
         notes.append(f"test_patch: {exc}")
     return tree, notes
+
+
+def changed_files(tree: Path) -> Path:
+    """Beside the graded tree: the source files the agent changed, one per line (the django and
+    sympy runners' audit hook marks tampering only from these)."""
+    return tree.with_name(tree.name + ".changed")
 
 
 async def run_tests(
@@ -112,7 +122,7 @@ async def run_tests(
     import sandbox
 
     nonce = secrets.token_hex(16)
-    files = list(inst.test_files) or ["."]
+    spec = runner_for(inst)
     options = dict(session_options or {})
     notes: list[str] = []
     if isinstance(tree, ImageTree):
@@ -129,14 +139,17 @@ async def run_tests(
             notes = await build_in_session(ws, tree)
         else:
             await ws.upload(tree, "g/repo")
-        if bundle != "-":
-            await ws.upload(pytest_bundle(), "g/deps")
-        await ws.write_file("g/runner.py", RUNNER.read_text())
+        if spec.guarded:  # django / sympy: their deps and the changed files (runners.py)
+            head = await stage_guarded(ws, spec, _changed(tree))
+        else:
+            head = ["/workspace/g/nonce", bundle, "/workspace/g/log"]
+            if bundle != "-":
+                await ws.upload(pytest_bundle(), "g/deps")
+        await ws.write_file("g/runner.py", spec.script())
         await ws.write_file("g/nonce", nonce, mode=0o600)
-        command = (
-            f"cd {cwd} && exec {_quote(python)} -I -B /workspace/g/runner.py "
-            f"/workspace/g/nonce {bundle} /workspace/g/log -o addopts= "
-            + " ".join(_quote(f) for f in files)
+        argv = [*head, *spec.args(list(inst.test_files))]
+        command = f"cd {cwd} && exec {_quote(python)} -I -B /workspace/g/runner.py " + " ".join(
+            _quote(a) for a in argv
         )
         result = await ws.exec(command, timeout_s=timeout_s, fresh=True)
         try:
@@ -154,6 +167,13 @@ async def run_tests(
                 statuses = {str(k): str(v) for k, v in parsed.items()}
             break
     return TestRun(statuses, log, timed_out=result.timed_out, notes=tuple(notes))
+
+
+def _changed(tree: Path | ImageTree) -> list[str]:
+    if isinstance(tree, ImageTree):
+        return list(tree.edits)
+    listed = changed_files(tree)
+    return listed.read_text().splitlines() if listed.exists() else []
 
 
 def _quote(arg: str) -> str:

@@ -26,6 +26,7 @@ from envs.swe.grading import SUCCESS, TestRun, run_tests
 from envs.swe.images import placement, repo_options
 from envs.swe.instances import Instance
 from envs.swe.repo import PatchError, apply_patch, materialize
+from envs.swe.runners import parse_log, runner_for
 from envs.swe.testbed import ImageTree
 
 __all__ = ["Validation", "parse_pytest_log", "validate"]
@@ -98,7 +99,8 @@ async def validate_one(
         if run.statuses is None:
             problems.append(f"no result {label} the gold patch")
             continue
-        parsed = parse_pytest_log(run.log)
+        parsed = parse_log(runner_for(inst), run.log)
+        parsed = parse_pytest_log(run.log) if parsed is None else parsed
         wrong = [t for t in inst.tests if t in run.statuses and parsed.get(t) != run.statuses[t]]
         if wrong:
             problems.append(f"log parser disagrees {label}: {wrong[:2]}")
