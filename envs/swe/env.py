@@ -46,6 +46,7 @@ from envs.swe.images import Placement, placement, repo_dir, repo_options
 from envs.swe.instances import Instance, load_instances
 from envs.swe.reference import reference_turns
 from envs.swe.repo import materialize, pytest_bundle
+from envs.swe.runners import DEPS, runner_for
 from envs.swe.testbed import ImageTree, agent_edits, manifest, patch_in_session
 from envs.tools import ToolEnv, ToolError, tool
 from envs.tools.session import EpisodeSession
@@ -57,6 +58,14 @@ SYSTEM_PROMPT = (
     "fix the source code (not the tests), run the tests with `python3 -m pytest`, then call "
     "submit."
 )
+
+
+def system_prompt(inst: Instance, repo: str) -> str:
+    text = SYSTEM_PROMPT.format(repo=repo)
+    spec = runner_for(inst)
+    if spec.name == "django":  # its own runner: say how it is run
+        text = text.replace("`python3 -m pytest`", "`python3 tests/runtests.py LABEL` (Django's)")
+    return text
 
 
 class SWEEnv(ToolEnv):
@@ -116,7 +125,7 @@ class SWEEnv(ToolEnv):
 
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
         return [
-            {"role": "system", "content": SYSTEM_PROMPT.format(repo=self._repo_dir(task))},
+            {"role": "system", "content": system_prompt(instance_of(task), self._repo_dir(task))},
             {"role": "user", "content": task["problem_statement"]},
         ]
 
@@ -194,9 +203,16 @@ class SWEEnv(ToolEnv):
             self._manifest = await manifest(ws)
             bundle = not self._place.prepared.test_has_pytest
         exports = "PYTHONDONTWRITEBYTECODE=1"
+        paths = []
         if bundle:
             await ws.upload(pytest_bundle(), ".deps")
-            exports += " PYTHONPATH=/workspace/.deps"
+            paths.append("/workspace/.deps")
+        spec = runner_for(inst)
+        if spec.guarded:  # django / sympy: their pure-Python dependencies, imported in place
+            await ws.upload(DEPS, ".wheels")
+            paths += [f"/workspace/.wheels/{w.name}" for w in spec.wheels()]
+        if paths:
+            exports += " PYTHONPATH=" + ":".join(paths)
         await ws.exec(f"cd {self._place.repo_dir} && export {exports}")
 
     async def on_close(self) -> None:

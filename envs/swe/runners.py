@@ -57,6 +57,19 @@ class Runner:
             return ["-o", "addopts=", *files]
         return files
 
+    def agent_command(self, files: list[str], *, quiet: bool = False) -> str:
+        """How the agent (and the cold-start reference) runs these tests in its workspace."""
+        import shlex
+
+        if self.name == "django":
+            labels = " ".join(shlex.quote(a) for a in self.args(files))
+            return (
+                f"python3 tests/runtests.py --parallel 1 {'' if quiet else '--failfast '}{labels}"
+            )
+        return f"python3 -m pytest -q {'' if quiet else '-x '}" + " ".join(
+            shlex.quote(f) for f in files
+        )
+
     def wheels(self) -> list[Path]:
         found = [p for pattern in self.deps for p in sorted(DEPS.glob(pattern))]
         if len(found) < len(self.deps):
