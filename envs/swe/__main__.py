@@ -12,6 +12,21 @@ from envs.swe.agents import AGENTS, play, summary
 from envs.swe.instances import load_instances
 from envs.swe.validate import table, validate
 
+PER_REPO = "at most N instances of each repository (a seeded sample; 0: all)"
+
+
+def per_repo(instances: list, n: int) -> list:
+    """A seeded sample of at most n instances per repository, in file order."""
+    import random
+
+    by_repo: dict[str, list] = {}
+    for inst in instances:
+        by_repo.setdefault(inst.repo, []).append(inst)
+    keep = set()
+    for rows in by_repo.values():
+        keep |= {i.instance_id for i in random.Random(0).sample(rows, min(n, len(rows)))}
+    return [i for i in instances if i.instance_id in keep]
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envs.swe")
@@ -27,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("--only", nargs="*", default=None, help="instance ids to validate")
     check.add_argument("--concurrency", type=int, default=2)
+    check.add_argument("--per-repo", type=int, default=0, help=PER_REPO)
     agents = sub.add_parser(
         "agents",
         help="oracle/null/stub agents through the tools (exit 1 "
@@ -37,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     agents.add_argument("--images", default="auto", choices=["auto", "local", "off"])
     agents.add_argument("--only", nargs="*", default=None, help="instance ids to play")
     agents.add_argument("--concurrency", type=int, default=2)
+    agents.add_argument("--per-repo", type=int, default=0, help=PER_REPO)
     agents.add_argument(
         "--agents",
         default=",".join(AGENTS),
@@ -55,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--only: no instance {unknown} in {args.path}")
         instances = [i for i in instances if i.instance_id in set(args.only)]
+    if args.per_repo > 0:
+        instances = per_repo(instances, args.per_repo)
     if args.command == "agents":
         return asyncio.run(_agents(instances, args))
     results = asyncio.run(_run(instances, args.backend, args.concurrency, args.images))

@@ -156,3 +156,12 @@ class Lie(json.JSONEncoder):
 json._default_encoder = Lie()
 """
     assert _guarded(tmp_path, forge) == {"t_fixed": "PASSED", "t_other": "FAILED"}
+
+
+def test_per_repo_keeps_a_seeded_sample_of_each_repository():
+    from envs.swe.__main__ import per_repo
+
+    rows = [parse_instance(ROW | {"instance_id": f"r{i}", "repo": f"o/{i % 3}"}) for i in range(30)]
+    picked = per_repo(rows, 4)
+    assert sorted(sum(i.repo == f"o/{k}" for i in picked) for k in range(3)) == [4, 4, 4]
+    assert picked == per_repo(rows, 4) and per_repo(rows, 50) == rows
