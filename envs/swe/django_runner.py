@@ -23,6 +23,20 @@ GUARDED = (
 _ORDER = {"PASSED": 0, "XFAIL": 1, "SKIPPED": 2, "FAILED": 3, "ERROR": 4}
 
 
+def _set_up(runtests, labels):
+    """The apps and settings of runtests.py: setup_run_tests (Django 4.0+) or setup (before; its
+    arguments by name, as they changed between versions). Returns the labels to run."""
+    import inspect
+
+    if hasattr(runtests, "setup_run_tests"):
+        return runtests.setup_run_tests(2, None, None, labels)[0] or labels
+    known = {"verbosity": 2, "test_labels": labels, "parallel": 1}
+    known |= {"start_at": None, "start_after": None}
+    names = inspect.signature(runtests.setup).parameters
+    runtests.setup(**{n: known[n] for n in names if n in known})
+    return labels
+
+
 def run(labels):
     import unittest
 
@@ -78,7 +92,7 @@ def run(labels):
         def get_resultclass(self):
             return Result
 
-    labels, state = runtests.setup_run_tests(2, None, None, list(labels))
+    labels = _set_up(runtests, list(labels))
     Runner(verbosity=2, interactive=False, parallel=1).run_tests(labels)
     return statuses
 
