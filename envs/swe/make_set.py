@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.swe.grading import parse_records
 from envs.swe.mutate import Mutation, mutations
 from envs.swe.repo import pytest_bundle
 
@@ -170,8 +171,8 @@ def run_host(tree: Path, files: tuple[str, ...]) -> tuple[dict[str, str], str]:
         except subprocess.TimeoutExpired:  # a mutation that loops forever: not a usable bug
             return {}, "timed out"
         log = (Path(tmp) / "log").read_text(errors="replace")
-    line = next((x for x in out.stdout.splitlines() if x.startswith(nonce + " ")), None)
-    return (json.loads(line[len(nonce) + 1 :]) if line else {}), log
+    statuses, tampered, _ = parse_records(out.stdout, nonce)
+    return ({} if statuses is None or tampered else statuses), log
 
 
 def _run_runner(tree: Path, files: tuple[str, ...], tmp: str) -> subprocess.CompletedProcess[str]:
@@ -184,6 +185,7 @@ def _run_runner(tree: Path, files: tuple[str, ...], tmp: str) -> subprocess.Comp
             f"{tmp}/nonce",
             str(pytest_bundle()),
             f"{tmp}/log",
+            "-",
             "-o",
             "addopts=",
             *files,
