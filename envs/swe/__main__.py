@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import sys
 
-from envs.swe.agents import AGENTS, play, summary
+from envs.swe.agents import AGENTS, attack_plan, play, summary
 from envs.swe.instances import load_instances
 from envs.swe.validate import table, validate
 
@@ -60,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         type=_agent_list,
         help=f"comma-separated, of {', '.join(AGENTS)}",
     )
+    agents.add_argument(
+        "--attacks",
+        action="store_true",
+        help="the red-team suite (envs/swe/attacks.py): the oracle on every instance and "
+        "--per-instance attacks on each, by a seeded rotation",
+    )
+    agents.add_argument("--per-instance", type=int, default=2, help="attacks per instance")
+    agents.add_argument("--seed", type=int, default=0, help="seed of the attack rotation")
+    agents.add_argument("--full", action="store_true", help="every attack on every instance")
     build = sub.add_parser("prebuild", help="pull/prepare or build every image the file needs")
     build.add_argument("path", help="a JSONL file of instances")
     build.add_argument("--images", default="auto", choices=["auto", "local"])
@@ -120,18 +129,30 @@ def _agent_list(text: str) -> list[str]:
 async def _agents(instances, args) -> int:
     import sandbox
 
+    plan = None
+    names = list(args.agents)
+    if args.attacks:
+        per = 10**6 if args.full else args.per_instance
+        plan = attack_plan(instances, per_instance=per, seed=args.seed)
+        names = list(dict.fromkeys(a for _, a in plan))
+        print(
+            f"attacks: {len(plan)} episodes, seed {args.seed}, per instance {args.per_instance}"
+            f"{' (full)' if args.full else ''}",
+            flush=True,
+        )
     try:
         plays = await play(
             instances,
-            args.agents,
+            names,
             path=args.path,
             backend=args.backend,
             concurrency=args.concurrency,
             images=args.images,
+            plan=plan,
         )
     finally:
         await sandbox.close_sessions()
-    text, ok = summary(plays, args.agents)
+    text, ok = summary(plays, names)
     print(text)
     return 0 if ok else 1
 

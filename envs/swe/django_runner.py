@@ -20,7 +20,6 @@ GUARDED = (
     "unittest.runner",
     "unittest.loader",
 )
-_ORDER = {"PASSED": 0, "XFAIL": 1, "SKIPPED": 2, "FAILED": 3, "ERROR": 4}
 
 
 def _set_up(runtests, labels):
@@ -45,56 +44,68 @@ def run(labels):
     import runtests  # the instance's tests/runtests.py
     from django.test.runner import DiscoverRunner
 
-    statuses = {}
-
-    def mark(test, status):
-        names = {str(test)}
-        doc = test.shortDescription() if hasattr(test, "shortDescription") else None
-        if doc:
-            names.add(doc)
-        for name in names:
-            prior = statuses.get(name)
-            if prior is None or _ORDER[status] > _ORDER[prior]:
-                statuses[name] = status
-
     class Result(unittest.TextTestResult):
+        """Records on the instance (reachable only through frames, which the guard watches),
+        never in a closure: the class itself is reachable (TextTestResult.__subclasses__())."""
+
+        order = {"PASSED": 0, "XFAIL": 1, "SKIPPED": 2, "FAILED": 3, "ERROR": 4}
+
+        def mark(self, test, status):
+            statuses = self.__dict__.setdefault("gspo_statuses", {})
+            doc = test.shortDescription() if hasattr(test, "shortDescription") else None
+            for name in {str(test), doc} - {None, ""}:
+                prior = statuses.get(name)
+                if prior is None or self.order[status] > self.order[prior]:
+                    statuses[name] = status
+
         def addSuccess(self, test):
             super().addSuccess(test)
-            mark(test, "PASSED")
+            self.mark(test, "PASSED")
 
         def addFailure(self, test, err):
             super().addFailure(test, err)
-            mark(test, "FAILED")
+            self.mark(test, "FAILED")
 
         def addError(self, test, err):
             super().addError(test, err)
-            mark(test, "ERROR")
+            self.mark(test, "ERROR")
 
         def addSkip(self, test, reason):
             super().addSkip(test, reason)
-            mark(test, "SKIPPED")
+            self.mark(test, "SKIPPED")
 
         def addExpectedFailure(self, test, err):
             super().addExpectedFailure(test, err)
-            mark(test, "XFAIL")
+            self.mark(test, "XFAIL")
 
         def addUnexpectedSuccess(self, test):
             super().addUnexpectedSuccess(test)
-            mark(test, "FAILED")
+            self.mark(test, "FAILED")
 
         def addSubTest(self, test, subtest, err):
             super().addSubTest(test, subtest, err)
             if err is not None:
                 failed = issubclass(err[0], test.failureException)
-                mark(test, "FAILED" if failed else "ERROR")
+                self.mark(test, "FAILED" if failed else "ERROR")
+
+    members = dict(vars(Result))
+    order = dict(Result.order)
+    ran = []
 
     class Runner(DiscoverRunner):
         def get_resultclass(self):
             return Result
 
+        def run_suite(self, suite, **kwargs):
+            ran.append(super().run_suite(suite, **kwargs))
+            return ran[-1]
+
     labels = _set_up(runtests, list(labels))
     Runner(verbosity=2, interactive=False, parallel=1).run_tests(labels)
-    return statuses
+    moved = [k for k, v in members.items() if vars(Result).get(k) is not v]
+    if moved or Result.order != order or any(type(r) is not Result for r in ran):
+        return {"__tampered__": f"the runner's result class ({', '.join(moved) or 'order'})"}
+    return dict(ran[0].__dict__.get("gspo_statuses", {})) if ran else {}
 
 
 guarded_main(run, GUARDED)  # noqa: F821 - defined by runner_guard.py, prepended

@@ -6,9 +6,14 @@ Accepted row layouts (field names as their dataset cards and harnesses publish t
   test_patch, problem_statement, hints_text, created_at, version, environment_setup_commit,
   FAIL_TO_PASS and PASS_TO_PASS as JSON strings.
 - SWE-Gym: the same fields, FAIL_TO_PASS / PASS_TO_PASS as lists.
-- SWE-smith: instance_id, repo ("owner__name.commit8"), patch, FAIL_TO_PASS, PASS_TO_PASS (lists),
-  image_name, problem_statement. Its `patch` INTRODUCES the bug (the dataset's maintainers flip
-  it to get the fix); there is no test_patch: the tests are already in the repository.
+- SWE-smith: instance_id ("owner__name.commit8.<strategy>__<hash>"), repo
+  ("swesmith/owner__name.commit8"), image_name ("jyangballin/swesmith.x86_64.owner_1776_name.
+  commit8"), patch, FAIL_TO_PASS, PASS_TO_PASS (lists), problem_statement, and base_commit (its
+  gather.py writes the mirror's commit into every row). Its `patch` INTRODUCES the bug (the
+  dataset's maintainers flip it to get the fix); there is no test_patch: the tests are already in
+  the repository. Recognised by those fields (the swesmith image, repo or id), so a row with
+  base_commit is still read as SWE-smith; a row with neither test_patch nor base_commit (the
+  layout make_set.py writes) is read the same way.
 - R2E-Gym: repo_name, docker_image, commit_hash, problem_statement, expected_output_json (test
   name -> status after the fix), parsed_commit_content, ...; the required tests are those whose
   expected status is PASSED (F2P and P2P are not told apart there: validation asks that all pass
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -74,14 +80,25 @@ def split_of(instance_id: str) -> str:
 
 
 def load_instances(path: str | Path) -> list[Instance]:
-    """Every row of a JSONL file (or a JSON list) as an Instance; errors name the row and field."""
+    """Every row of a JSONL file (or a JSON list, or one JSON object, pretty-printed or not) as
+    an Instance; errors name the row and field."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"SWE instance file {path} does not exist")
     text = path.read_text()
     rows: list[Any]
-    if text.lstrip().startswith("["):
-        rows = json.loads(text)
+    head = text.lstrip()[:1]
+    whole: Any = None
+    if head in ("[", "{"):
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if head == "[":
+                raise ValueError(f"{path}: not a JSON list: {exc}") from exc
+    if isinstance(whole, list):
+        rows = whole
+    elif isinstance(whole, dict):  # one instance, e.g. a dataset card's pretty-printed sample
+        rows = [whole]
     else:
         rows = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -138,10 +155,22 @@ def parse_instance(row: Any, *, base_dir: Path | None = None, where: str = "row"
     )
 
 
+_SMITH_ID = re.compile(r"^[\w.-]+__[\w.-]+\.[0-9a-f]{8}\.[\w.-]+$")
+
+
 def _schema(row: dict[str, Any]) -> Schema:
     if "repo_name" in row and "expected_output_json" in row:
         return "r2e-gym"
-    # SWE-smith rows have no test_patch and no base_commit: their patch introduces the bug.
+    if row.get("test_patch"):  # SWE-bench, Verified, Lite, SWE-Gym: the fix and its tests
+        return "swe-bench"
+    image = str(row.get("image_name") or "").rsplit("/", 1)[-1]
+    if (
+        image.startswith("swesmith.")
+        or str(row.get("repo") or "").startswith("swesmith/")
+        or _SMITH_ID.match(str(row.get("instance_id") or ""))
+    ):
+        return "swe-smith"  # its patch introduces the bug, whether or not it has base_commit
+    # make_set.py's rows (and older SWE-smith exports): no test_patch, no base_commit
     if "test_patch" not in row and "base_commit" not in row:
         return "swe-smith"
     return "swe-bench"

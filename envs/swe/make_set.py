@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.swe.archives import trimmed, unpack
+from envs.swe.grading import parse_records
 from envs.swe.mutate import Mutation, mutations
 from envs.swe.repo import pytest_bundle
 from envs.swe.runners import RUNNERS, Runner
@@ -245,23 +246,22 @@ def run_host(tree: Path, files: tuple[str, ...], runner: str = "pytest") -> tupl
         except subprocess.TimeoutExpired:  # a mutation that loops forever: not a usable bug
             return {}, "timed out"
         log = (Path(tmp) / "log").read_text(errors="replace")
-    line = next((x for x in out.stdout.splitlines() if x.startswith(nonce + " ")), None)
-    return (json.loads(line[len(nonce) + 1 :]) if line else {}), log
+    statuses, tampered, _ = parse_records(out.stdout, nonce)
+    return ({} if statuses is None or tampered else statuses), log
 
 
 def _run_runner(
     tree: Path, files: tuple[str, ...], tmp: str, spec: Runner
 ) -> subprocess.CompletedProcess[str]:
     (Path(tmp) / "runner.py").write_text(spec.script())
+    (Path(tmp) / "changed").write_text("")  # our own mutation: no untrusted file
+    deps = pytest_bundle()
     if spec.guarded:
         deps = Path(tmp) / "deps"
         deps.mkdir()
         for wheel in spec.wheels():
             shutil.copyfile(wheel, deps / wheel.name)
-        (Path(tmp) / "changed").write_text("")
-        head = [f"{tmp}/nonce", str(deps), f"{tmp}/log", f"{tmp}/changed"]
-    else:
-        head = [f"{tmp}/nonce", str(pytest_bundle()), f"{tmp}/log"]
+    head = [f"{tmp}/nonce", str(deps), f"{tmp}/log", f"{tmp}/changed"]
     return subprocess.run(
         [sys.executable, "-I", "-B", f"{tmp}/runner.py", *head, *spec.args(list(files))],
         cwd=tree,

@@ -17,19 +17,19 @@ CHANGED_FILE ARGS... Started as `python3 -I -B` in a fresh session. What it does
 3. Moves stdout/stderr to LOG_FILE and keeps the original stdout on a private fd.
 4. After `run` returns: compares, by identity, every function and class member of the
    modules that decide outcomes (unittest, the runner's framework) and builtins with a snapshot
-   taken before repository code ran; then writes one line `<nonce> <json {id: status}>` (or
-   `{"__tampered__": what}`) to the private fd and exits with os._exit.
+   taken before repository code ran; then writes its records to the private fd in
+   grading.parse_records' format (`<nonce> R <id hex> <phase> <outcome> <xfail>` per test,
+   `<nonce> T <what hex>` per tampering, `<nonce> E` last) and exits with os._exit.
 
 Everything the verdict rests on (the nonce, the fd, the statuses, the tampering record) lives
 in guarded_main's frame and the audit hook's closure, never in module globals: the runner is
 `__main__`, whose globals any code reaches through sys.modules. Reaching a frame or the heap
-from a changed file is what the audit hook marks. The line is serialised with the C string
-encoder taken at start (a swapped json._default_encoder changes nothing).
+from a changed file is what the audit hook marks. The records are built with str/bytes methods
+(no json: a swapped json._default_encoder changes nothing).
 """
 
 import os
 import sys
-from json.encoder import encode_basestring_ascii
 
 SENSITIVE = (
     "sys._getframe",
@@ -89,24 +89,29 @@ BENIGN = {
 }
 
 
-def _machinery(target):
-    """A class whose patching changes outcomes: one the stdlib or a test module defines (found
-    under its name there: a namedtuple or Enum being built is not)."""
+def _machinery(target, stdlib_names=frozenset(sys.stdlib_module_names), modules=sys.modules):
+    """A class whose patching changes outcomes: the runner's own (`__main__`, its result class
+    reached through __subclasses__()), or one the stdlib or a test module defines (found under
+    its name there: a namedtuple or Enum being built is not)."""
     module_name = str(getattr(target, "__module__", ""))
+    if module_name == "__main__":
+        return True
     parts = module_name.split(".")
     if not (
-        parts[0] in sys.stdlib_module_names
+        parts[0] in stdlib_names
         or any(p in ("test", "tests", "testing") or p.startswith("test_") for p in parts)
     ):
         return False
-    found = sys.modules.get(module_name)
+    found = modules.get(module_name)
     for attr in str(getattr(target, "__qualname__", "")).split("."):
         found = getattr(found, attr, None)
     return found is target
 
 
 def _hook(changed, tampered, getframe, basename):
-    busy = [False]
+    # everything the hook reads is bound here: __main__'s globals are reachable by any code
+    busy, sensitive, stdlib, benign = [False], SENSITIVE, STDLIB, frozenset(BENIGN)
+    machinery = _machinery
 
     def culprit(frame, event):
         """The changed file that made this event, directly or through the stdlib."""
@@ -114,15 +119,15 @@ def _hook(changed, tampered, getframe, basename):
             name = frame.f_code.co_filename
             if name in changed:
                 return name
-            if not name.startswith(STDLIB) and not name.startswith("<frozen"):
+            if not name.startswith(stdlib) and not name.startswith("<frozen"):
                 return None  # unchanged repository or runner code: legitimate
-            if event == "sys._getframe" and (basename(name), frame.f_code.co_name) in BENIGN:
+            if event == "sys._getframe" and (basename(name), frame.f_code.co_name) in benign:
                 return None  # the stdlib taking a frame for itself
             frame = frame.f_back  # any other stdlib frame hands the result on: look further
         return None
 
     def audit(event, args):
-        if busy[0] or not event.startswith(SENSITIVE):
+        if busy[0] or not event.startswith(sensitive):
             return
         if event == "open":
             path = args[0]
@@ -130,7 +135,7 @@ def _hook(changed, tampered, getframe, basename):
                 return
         elif event == "object.__setattr__":
             target, attr = args[0], args[1]
-            if attr != "__code__" and not (isinstance(target, type) and _machinery(target)):
+            if attr != "__code__" and not (isinstance(target, type) and machinery(target)):
                 return
         busy[0] = True
         try:
@@ -144,7 +149,8 @@ def _hook(changed, tampered, getframe, basename):
 
 
 def guarded_main(run, guarded_modules):
-    write, exit_now, encode = os.write, os._exit, encode_basestring_ascii
+    write, exit_now = os.write, os._exit
+    lookup, record, hexed_ = _lookup, dict(RECORD), hexed  # bound before repository code runs
     nonce_path, deps, log_path, changed_path = sys.argv[1:5]
     with open(nonce_path) as fh:
         nonce = fh.read().strip()
@@ -169,20 +175,37 @@ def guarded_main(run, guarded_modules):
     statuses = {}
     try:
         statuses = dict(run(sys.argv[5:]))
+        if "__tampered__" in statuses:  # the runner's own check of its result machinery
+            tampered.append(str(statuses.pop("__tampered__")))
     except BaseException:  # noqa: BLE001 - whatever the code did, report what ran so far
         import traceback
 
         traceback.print_exc()
-    moved = [label for label, (ns, key, obj) in guarded.items() if _lookup(ns, key) is not obj]
-    if tampered or moved:
-        statuses = {"__tampered__": ",".join((tampered + moved)[:5])}
+    moved = [label for label, (ns, key, obj) in guarded.items() if lookup(ns, key) is not obj]
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001 - a test may have replaced or closed it
             pass
-    body = ",".join(f"{encode(str(k))}:{encode(str(v))}" for k, v in statuses.items())
-    line = f"\n{nonce} {{{body}}}\n".encode()
+    # grading.parse_records' format (as pytest_runner.py writes it): R per test, T, then E
+    lines = [f"{nonce} R {hexed_(k)} {' '.join(record[v])}" for k, v in statuses.items()]
+    lines += [f"{nonce} T {hexed_(what)}" for what in (tampered + moved)[:20]]
+    line = ("\n" + "\n".join([*lines, f"{nonce} E"]) + "\n").encode()
     while line:
         line = line[write(channel, line) :]
     exit_now(0)
+
+
+# a status as pytest's (phase, outcome, wasxfail), which grading.status_of maps back
+RECORD = {
+    "PASSED": ("call", "passed", "0"),
+    "FAILED": ("call", "failed", "0"),
+    "ERROR": ("setup", "failed", "0"),
+    "SKIPPED": ("setup", "skipped", "0"),
+    "XFAIL": ("call", "skipped", "1"),
+    "XPASS": ("call", "passed", "1"),  # status_of: FAILED
+}
+
+
+def hexed(text):
+    return str(text).encode("utf-8", "replace").hex()

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from envs.swe.instances import Instance
 
-__all__ = ["DEPS", "RUNNERS", "Runner", "parse_log", "passed", "runner_for", "stage_guarded"]
+__all__ = ["DEPS", "RUNNERS", "Runner", "parse_log", "passed", "runner_for"]
 
 HERE = Path(__file__).parent
 DEPS = HERE / "data" / "wheels"  # pure-Python wheels the django/sympy runners import in place
@@ -91,15 +90,6 @@ _BY_REPO = {
     "sympy/sympy": "sympy",
     "pytest-dev/pytest": "pytest-addopts",
 }
-
-
-async def stage_guarded(ws: Any, spec: Runner, changed: list[str]) -> list[str]:
-    """Upload a guarded runner's wheels and the changed-files list to the grading session; the
-    guard's leading arguments."""
-    spec.wheels()  # a clear error when one is missing
-    await ws.upload(DEPS, "g/deps")
-    await ws.write_file("g/changed", "".join(f"{rel}\n" for rel in changed))
-    return ["/workspace/g/nonce", "/workspace/g/deps", "/workspace/g/log", "/workspace/g/changed"]
 
 
 def runner_for(inst: Instance) -> Runner:

@@ -27,7 +27,7 @@ from envs.swe.images import placement, repo_options
 from envs.swe.instances import Instance
 from envs.swe.repo import PatchError, apply_patch, materialize
 from envs.swe.runners import parse_log, runner_for
-from envs.swe.testbed import ImageTree
+from envs.swe.testbed import ImageTree, patch_paths
 
 __all__ = ["Validation", "parse_pytest_log", "validate"]
 
@@ -88,9 +88,19 @@ async def validate_one(
                 options = await asyncio.to_thread(
                     repo_options, tree, backend=backend, images=images
                 )
-            run = await run_tests(tree, inst, limits, backend=backend, session_options=options)
+            # the gold run trusts exactly what an oracle episode's grading would: the gold's
+            # files are the changed ones (a gold patch that trips the runner's checks is broken)
+            changed = tuple(patch_paths(inst.gold_patch)) if gold else ()
+            run = await run_tests(
+                tree, inst, limits, backend=backend, session_options=options, changed=changed
+            )
             if run.notes:
                 raise PatchError("; ".join(run.notes))
+            if run.tampered:
+                raise PatchError(
+                    f"the runner saw tampering {'after' if gold else 'before'} the "
+                    f"gold patch: {run.tampered}"
+                )
             runs.append(run)
     except (PatchError, ValueError) as exc:
         return Validation(inst.instance_id, False, (str(exc),), time.monotonic() - start)

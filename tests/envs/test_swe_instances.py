@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).parent / "swe_fixtures"
 sys.path.insert(0, str(FIXTURES))
 import fixture_repo  # noqa: E402
 
-LAYOUTS = ("swe_bench", "swe_gym", "swe_smith", "r2e_gym")
+LAYOUTS = ("swe_bench", "swe_bench_verified", "swe_gym", "swe_smith", "r2e_gym")
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,30 @@ def test_layout_specific_fields_are_read_as_published(git_repo, tmp_path):
     assert smith.image.startswith("jyangballin/swesmith") and not smith.test_patch
     r2e = load_instances(with_repo("r2e_gym", git_repo, tmp_path))[0]
     assert r2e.schema == "r2e-gym" and r2e.base_commit.endswith("^") and len(r2e.tests) == 6
+
+
+def test_swe_smith_rows_with_base_commit_in_one_pretty_printed_object_are_read_as_swe_smith(
+    git_repo, tmp_path
+):
+    """SWE-smith's gather.py writes base_commit into every row: the loader must still take its
+    patch as the bug (before, such a row was a SWE-bench row: null agent 1, oracle 0)."""
+    row = json.loads((FIXTURES / "swe_smith_sample.json").read_text())
+    assert row["base_commit"] and "test_patch" not in row
+    row["repo_path"] = str(git_repo)
+    path = tmp_path / "sample.json"
+    path.write_text(json.dumps(row, indent=4))  # one object over many lines, as published
+    (inst,) = load_instances(path)
+    assert inst.schema == "swe-smith" and inst.bug_patch == row["patch"]
+    tree = materialize(inst, tmp_path / "start", with_tests=True)
+    assert (tree / "minicalc/ops.py").read_text() != (
+        fixture_repo.SOURCE / "minicalc/ops.py"
+    ).read_text()
+    apply_patch(tree, inst.gold_patch)
+    assert (tree / "minicalc/ops.py").read_text() == (
+        fixture_repo.SOURCE / "minicalc/ops.py"
+    ).read_text()
+    verified = load_instances(with_repo("swe_bench_verified", git_repo, tmp_path))[0]
+    assert verified.schema == "swe-bench" and verified.test_patch
 
 
 def test_bad_instance_files_fail_naming_the_row_and_field(git_repo, tmp_path):

@@ -4,7 +4,6 @@ source file the way a policy would. The guard runs for real in a `python -I -B` 
 
 from __future__ import annotations
 
-import json
 import secrets
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.swe.grading import TestRun, judge
+from envs.swe.grading import TestRun, judge, parse_records
 from envs.swe.instances import parse_instance
 from envs.swe.runners import HERE, parse_log, passed, runner_for
 
@@ -82,7 +81,7 @@ def run(args):
     return {"t_fixed": pkg.result(), "t_other": "FAILED"}
 
 
-guarded_main(run, ("unittest.case", "json"))
+guarded_main(run, ("unittest.case", "unittest.runner", "json"))
 """
 LEGIT = """
 import collections, dataclasses, enum, logging, typing
@@ -108,6 +107,11 @@ ATTACKS = {
     "patch TestCase": "import unittest\nunittest.TestCase.run = lambda self, r=None: None",
     "swap module attr": "import unittest.case\nunittest.case.TestCase = object",
     "code swap": "def f():\n    pass\nf.__code__ = (lambda: 1).__code__",
+    # the runner is __main__: its globals are reachable; nothing the verdict reads lives there
+    "runner globals": "import sys\nm = sys.modules['__main__']\n"
+    "m.SENSITIVE = ()\nm.RECORD['FAILED'] = ('call', 'passed', '0')\nimport gc\ngc.get_objects()",
+    "result class": "import unittest\nfor c in unittest.TestResult.__subclasses__():\n"
+    "    c.addFailure = c.addSuccess",
 }
 
 
@@ -130,8 +134,9 @@ def _guarded(tmp: Path, source: str, *, changed: bool = True) -> dict[str, str] 
         timeout=120,
     )
     assert not (tmp / "nonce").exists(), "the nonce file outlived the start"
-    lines = [x for x in out.stdout.splitlines() if x.startswith(nonce + " ")]
-    return json.loads(lines[-1][len(nonce) + 1 :]) if lines else None
+    statuses, tampered, ended = parse_records(out.stdout, nonce)
+    assert ended, out.stdout[-500:] + out.stderr[-2000:]
+    return {"__tampered__": tampered} if tampered else statuses
 
 
 def test_the_guard_reports_a_changed_file_s_legitimate_run(tmp_path):
