@@ -11,7 +11,8 @@ CHANGED_FILE ARGS... Started as `python3 -I -B` in a fresh session. What it does
    in a changed file, directly or through the stdlib (inspect, traceback), takes frames (sys._getframe,
    sys._current_frames), traces (sys.settrace/setprofile), reads the heap (gc.get_objects /
    get_referrers / get_referents), uses ctypes, opens /proc/*/mem, assigns a function's
-   __code__, or patches a class of the stdlib or of a test module (object.__setattr__).
+   __code__, or sets a special attribute (CPython audits only those) of a class of the runner,
+   the stdlib or a test module (object.__setattr__).
    Unchanged repository code and stdlib functions that use a frame for themselves (sympy's
    var(), namedtuple, logging's findCaller) are not marked: a changed file is.
 3. Moves stdout/stderr to LOG_FILE and keeps the original stdout on a private fd.
