@@ -108,4 +108,4 @@ def run(labels):
     return dict(ran[0].__dict__.get("gspo_statuses", {})) if ran else {}
 
 
-guarded_main(run, GUARDED)  # noqa: F821 - defined by runner_guard.py, prepended
+guarded_main(run, GUARDED)  # type: ignore[name-defined]  # noqa: F821 - runner_guard.py, prepended

@@ -92,4 +92,4 @@ def run(files):
     return statuses
 
 
-guarded_main(run, GUARDED)  # noqa: F821 - defined by runner_guard.py, prepended
+guarded_main(run, GUARDED)  # type: ignore[name-defined]  # noqa: F821 - runner_guard.py, prepended
