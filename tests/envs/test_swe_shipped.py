@@ -103,7 +103,7 @@ def test_agents_cli_resolves_only_with_the_oracle_on_a_seeded_pair():
     assert all(r[2] == ("1" if r[1] == "oracle" else "0") for r in rows), out.stdout
     for agent in AGENTS:
         want = "2/2" if agent == "oracle" else "0/2"
-        assert f"{agent}: resolved {want}, errors 0 (want {want}) ok" in out.stdout
+        assert f"{agent}: resolved {want}, errors 0, tampered 0 (want {want}) ok" in out.stdout
 
 
 SOURCE = """\
