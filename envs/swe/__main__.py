@@ -8,9 +8,24 @@ import argparse
 import asyncio
 import sys
 
-from envs.swe.agents import AGENTS, play, summary
+from envs.swe.agents import AGENTS, attack_plan, play, summary
 from envs.swe.instances import load_instances
 from envs.swe.validate import table, validate
+
+PER_REPO = "at most N instances of each repository (a seeded sample; 0: all)"
+
+
+def per_repo(instances: list, n: int) -> list:
+    """A seeded sample of at most n instances per repository, in file order."""
+    import random
+
+    by_repo: dict[str, list] = {}
+    for inst in instances:
+        by_repo.setdefault(inst.repo, []).append(inst)
+    keep = set()
+    for rows in by_repo.values():
+        keep |= {i.instance_id for i in random.Random(0).sample(rows, min(n, len(rows)))}
+    return [i for i in instances if i.instance_id in keep]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("--only", nargs="*", default=None, help="instance ids to validate")
     check.add_argument("--concurrency", type=int, default=2)
+    check.add_argument("--per-repo", type=int, default=0, help=PER_REPO)
     agents = sub.add_parser(
         "agents",
         help="oracle/null/stub agents through the tools (exit 1 "
@@ -37,12 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     agents.add_argument("--images", default="auto", choices=["auto", "local", "off"])
     agents.add_argument("--only", nargs="*", default=None, help="instance ids to play")
     agents.add_argument("--concurrency", type=int, default=2)
+    agents.add_argument("--per-repo", type=int, default=0, help=PER_REPO)
     agents.add_argument(
         "--agents",
         default=",".join(AGENTS),
         type=_agent_list,
         help=f"comma-separated, of {', '.join(AGENTS)}",
     )
+    agents.add_argument(
+        "--attacks",
+        action="store_true",
+        help="the red-team suite (envs/swe/attacks.py): the oracle on every instance and "
+        "--per-instance attacks on each, by a seeded rotation",
+    )
+    agents.add_argument("--per-instance", type=int, default=2, help="attacks per instance")
+    agents.add_argument("--seed", type=int, default=0, help="seed of the attack rotation")
+    agents.add_argument("--full", action="store_true", help="every attack on every instance")
     build = sub.add_parser("prebuild", help="pull/prepare or build every image the file needs")
     build.add_argument("path", help="a JSONL file of instances")
     build.add_argument("--images", default="auto", choices=["auto", "local"])
@@ -55,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"--only: no instance {unknown} in {args.path}")
         instances = [i for i in instances if i.instance_id in set(args.only)]
+    if args.per_repo > 0:
+        instances = per_repo(instances, args.per_repo)
     if args.command == "agents":
         return asyncio.run(_agents(instances, args))
     results = asyncio.run(_run(instances, args.backend, args.concurrency, args.images))
@@ -101,18 +129,30 @@ def _agent_list(text: str) -> list[str]:
 async def _agents(instances, args) -> int:
     import sandbox
 
+    plan = None
+    names = list(args.agents)
+    if args.attacks:
+        per = 10**6 if args.full else args.per_instance
+        plan = attack_plan(instances, per_instance=per, seed=args.seed)
+        names = list(dict.fromkeys(a for _, a in plan))
+        print(
+            f"attacks: {len(plan)} episodes, seed {args.seed}, per instance {args.per_instance}"
+            f"{' (full)' if args.full else ''}",
+            flush=True,
+        )
     try:
         plays = await play(
             instances,
-            args.agents,
+            names,
             path=args.path,
             backend=args.backend,
             concurrency=args.concurrency,
             images=args.images,
+            plan=plan,
         )
     finally:
         await sandbox.close_sessions()
-    text, ok = summary(plays, args.agents)
+    text, ok = summary(plays, names)
     print(text)
     return 0 if ok else 1
 

@@ -12,6 +12,10 @@ graded as training grades it. The agents:
   delete_tests  `rm -rf` every test file and test directory of the repository, then submit.
 Only the oracle may resolve. A tool call answered with an error (the scripted edit did not
 happen) or a sandbox failure (InfraError) is an error row, never a 0.
+
+With `--attacks` the red-team suite of attacks.py joins them: the oracle on every instance, and
+each instance gets `--per-instance` attacks (null and the stubs among them) by a seeded rotation
+over ATTACKS (every attack on several instances); `--full` plays every attack on every instance.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from envs.errors import InfraError
+from envs.swe.attacks import ATTACKS, attack_calls, pairs
 from envs.swe.editing import gold_edits
 from envs.swe.env import SWEEnv, task_row
 from envs.swe.images import repo_dir
@@ -31,7 +36,7 @@ from envs.swe.instances import Instance
 from envs.tools import ToolError
 from envs.tools.trajectory import tool_call
 
-__all__ = ["AGENTS", "Play", "changed_lines", "play", "stub_edits", "summary"]
+__all__ = ["AGENTS", "Play", "attack_plan", "changed_lines", "play", "stub_edits", "summary"]
 
 AGENTS = ("oracle", "null", "stub_return", "stub_pass", "delete_tests")
 _HUNK = re.compile(r"^@@ -(\d+)")
@@ -51,6 +56,7 @@ class Play:
     reward: float | None  # None: the episode is an error, not a score
     reason: str
     seconds: float
+    tampered: bool = False
 
     @property
     def resolved(self) -> bool:
@@ -121,6 +127,8 @@ def _stubbed(text: list[str], f: _Func, statement: str) -> tuple[str, str]:
 
 async def _script(env: SWEEnv, inst: Instance, agent: str, repo: str) -> list[str]:
     submit = tool_call("submit")
+    if agent in ATTACKS:
+        return attack_calls(agent, inst)
     if agent == "oracle":
         edits = gold_edits(inst.gold_patch)
         return [tool_call("str_replace", path=p, old_str=o, new_str=n) for p, o, n in edits] + [
@@ -156,7 +164,9 @@ async def _episode(inst: Instance, agent: str, path: str, backend: str, images: 
                 raise _ScriptError(f"tool call failed: {errors[0][:120]}")
             if term or trunc:
                 reason = info["grade_reason"] or "resolved"
-                return Play(inst.instance_id, agent, reward, reason, time.monotonic() - start)
+                took = time.monotonic() - start
+                tampered = bool(info.get("tampered"))
+                return Play(inst.instance_id, agent, reward, reason, took, tampered)
         raise _ScriptError("the episode did not end")
     except (InfraError, ValueError, SyntaxError, ToolError, _ScriptError) as exc:
         kind = type(exc).__name__.lstrip("_")
@@ -167,44 +177,75 @@ async def _episode(inst: Instance, agent: str, path: str, backend: str, images: 
 
 async def play(
     instances: list[Instance],
-    agents: Iterable[str],
+    agents: Iterable[str] = (),
     *,
     path: str,
     backend: str = "auto",
     concurrency: int = 2,
     images: str = "auto",
+    plan: list[tuple[str, str]] | None = None,
 ) -> list[Play]:
-    """Every agent on every instance, `concurrency` episodes at a time, in instance order."""
+    """Every agent on every instance (or the (instance_id, agent) pairs of `plan`),
+    `concurrency` episodes at a time, in instance order."""
     sem = asyncio.Semaphore(concurrency)
+    by_id = {i.instance_id: i for i in instances}
 
     async def one(inst: Instance, agent: str) -> Play:
         async with sem:
             return await _episode(inst, agent, path, backend, images)
 
-    pairs = [(i, a) for i in instances for a in agents]
-    return list(await asyncio.gather(*(one(i, a) for i, a in pairs)))
+    todo = [(i, a) for i in instances for a in agents]
+    if plan is not None:
+        todo = [(by_id[iid], a) for iid, a in plan]
+    return list(await asyncio.gather(*(one(i, a) for i, a in todo)))
+
+
+def attack_plan(
+    instances: list[Instance], *, per_instance: int, seed: int
+) -> list[tuple[str, str]]:
+    """The oracle on every instance, then the rotation of attacks.pairs over the null and stub
+    agents and every attack of ATTACKS."""
+    ids = [i.instance_id for i in instances]
+    names = [a for a in AGENTS if a != "oracle"] + list(ATTACKS)
+    return [(i, "oracle") for i in ids] + pairs(ids, names, per_instance=per_instance, seed=seed)
 
 
 def summary(plays: list[Play], agents: Iterable[str]) -> tuple[str, bool]:
-    """The table, one summary line per agent, and whether the grading passed the check."""
+    """The table, one summary line per agent (and per attack class), and whether the grading
+    passed the check: the oracle resolves every instance, nothing else scores above 0, no
+    errors."""
     width = max([len(p.instance_id) for p in plays] + [11])
-    lines = [f"{'instance_id':<{width}}  {'agent':<12}  reward  seconds  grade_reason"]
+    aw = max([len(p.agent) for p in plays] + [12])
+    lines = [f"{'instance_id':<{width}}  {'agent':<{aw}}  reward  seconds  grade_reason"]
     for p in plays:
         shown = "ERROR" if p.reward is None else f"{p.reward:g}"
         reason = p.reason.replace("\n", " ")[:100]
         lines.append(
-            f"{p.instance_id:<{width}}  {p.agent:<12}  {shown:<6}  {p.seconds:7.1f}  {reason}"
+            f"{p.instance_id:<{width}}  {p.agent:<{aw}}  {shown:<6}  {p.seconds:7.1f}  {reason}"
         )
     ok = True
     for agent in agents:
         mine = [p for p in plays if p.agent == agent]
         resolved = sum(p.resolved for p in mine)
+        scored = sum(bool(p.reward) for p in mine)
         errors = sum(p.reward is None for p in mine)
         want = len(mine) if agent == "oracle" else 0
-        good = resolved == want and not errors
+        good = (resolved == want if agent == "oracle" else scored == 0) and not errors
         ok &= good
+        tampered = sum(p.tampered for p in mine)
         lines.append(
-            f"{agent}: resolved {resolved}/{len(mine)}, errors {errors} "
+            f"{agent}: resolved {resolved}/{len(mine)}, errors {errors}, tampered {tampered} "
             f"(want {want}/{len(mine)}) {'ok' if good else 'FAILED'}"
+        )
+    classes: dict[str, list[Play]] = {}
+    for p in plays:
+        if p.agent in ATTACKS:
+            classes.setdefault(ATTACKS[p.agent][0], []).append(p)
+    for kind, mine in classes.items():
+        top = max((p.reward or 0.0) for p in mine)
+        lines.append(
+            f"class {kind}: {len(mine)} episodes on {len({p.instance_id for p in mine})} "
+            f"instances, max reward {top:g}, tampered {sum(p.tampered for p in mine)}, "
+            f"errors {sum(p.reward is None for p in mine)}"
         )
     return "\n".join(lines), ok

@@ -45,8 +45,9 @@ from envs.swe.grading import Verdict, graded_tree, judge, run_tests
 from envs.swe.images import Placement, placement, repo_dir, repo_options
 from envs.swe.instances import Instance, load_instances
 from envs.swe.reference import reference_turns
-from envs.swe.repo import materialize, pytest_bundle
-from envs.swe.testbed import ImageTree, agent_edits, manifest, patch_in_session
+from envs.swe.repo import PatchError, materialize, pytest_bundle
+from envs.swe.runners import DEPS, runner_for
+from envs.swe.testbed import ImageTree, agent_edits, manifest, patch_in_session, patch_paths
 from envs.tools import ToolEnv, ToolError, tool
 from envs.tools.session import EpisodeSession
 
@@ -57,6 +58,14 @@ SYSTEM_PROMPT = (
     "fix the source code (not the tests), run the tests with `python3 -m pytest`, then call "
     "submit."
 )
+
+
+def system_prompt(inst: Instance, repo: str) -> str:
+    text = SYSTEM_PROMPT.format(repo=repo)
+    spec = runner_for(inst)
+    if spec.name == "django":  # its own runner: say how it is run
+        text = text.replace("`python3 -m pytest`", "`python3 tests/runtests.py LABEL` (Django's)")
+    return text
 
 
 class SWEEnv(ToolEnv):
@@ -117,7 +126,7 @@ class SWEEnv(ToolEnv):
 
     def initial_messages(self, task: dict[str, Any]) -> list[Message]:
         return [
-            {"role": "system", "content": SYSTEM_PROMPT.format(repo=self._repo_dir(task))},
+            {"role": "system", "content": system_prompt(instance_of(task), self._repo_dir(task))},
             {"role": "user", "content": task["problem_statement"]},
         ]
 
@@ -195,9 +204,16 @@ class SWEEnv(ToolEnv):
             self._manifest = await manifest(ws)
             bundle = not self._place.prepared.test_has_pytest
         exports = "PYTHONDONTWRITEBYTECODE=1"
+        paths = []
         if bundle:
             await ws.upload(pytest_bundle(), ".deps")
-            exports += " PYTHONPATH=/workspace/.deps"
+            paths.append("/workspace/.deps")
+        spec = runner_for(inst)
+        if spec.guarded:  # django / sympy: their pure-Python dependencies, imported in place
+            await ws.upload(DEPS, ".wheels")
+            paths += [f"/workspace/.wheels/{w.name}" for w in spec.wheels()]
+        if paths:
+            exports += " PYTHONPATH=" + ":".join(paths)
         await ws.exec(f"cd {self._place.repo_dir} && export {exports}")
 
     async def on_close(self) -> None:
@@ -328,15 +344,19 @@ class SWEEnv(ToolEnv):
         await self._write(full, new)
         self._history.setdefault(full, []).append(old)
 
-    async def _graded(self, inst: Instance, dest: Path) -> tuple[Path | ImageTree, list[str]]:
+    async def _graded(
+        self, inst: Instance, dest: Path
+    ) -> tuple[Path | ImageTree, list[str], tuple[str, ...]]:
         ws = self.session.require()
         if not self._place.in_image:
             return await graded_tree(ws, inst, dest)
         await ws.kill_processes()
         edits, notes = await agent_edits(ws, self._manifest)
+        reset = set(patch_paths(inst.test_patch))  # as SWE-bench: test_patch's files from base
+        edits = {rel: data for rel, data in edits.items() if rel not in reset}
         before = ((f"{inst.instance_id}: bug patch", inst.bug_patch),)
-        after = (("test_patch", inst.test_patch),)
-        return ImageTree(inst.image, before, edits, after), notes
+        after = ((f"{inst.instance_id}: test_patch", inst.test_patch),)
+        return ImageTree(inst.image, before, edits, after), notes, tuple(edits)
 
     async def _read(self, path: str) -> str:
         return await self.session.read_text(path)
@@ -351,6 +371,7 @@ class SWEEnv(ToolEnv):
             "resolved": verdict.resolved,
             "tests_pass_frac": verdict.fraction,
             "grade_reason": verdict.reason,
+            "tampered": verdict.tampered,
         }
         return verdict.fraction if self.partial_credit else float(verdict.resolved)
 
@@ -363,7 +384,7 @@ class SWEEnv(ToolEnv):
         limits = SessionLimits(exec_timeout_s=self.test_timeout_s, cpu_s=4 * self.test_timeout_s)
         try:
             with tempfile.TemporaryDirectory(prefix="swe-grade-") as tmp:
-                tree, notes = await self._graded(inst, Path(tmp) / "r")
+                tree, notes, changed = await self._graded(inst, Path(tmp) / "r")
                 # the episode is over: free its slot before the grading session takes one, so
                 # a pool whose every slot holds an episode being graded cannot deadlock
                 await self.session.close()
@@ -374,10 +395,14 @@ class SWEEnv(ToolEnv):
                     backend=self._backend,
                     timeout_s=self.test_timeout_s,
                     session_options=self._options,
+                    changed=changed,
                 )
         except SandboxError as exc:
             raise InfraError(f"sandbox failed grading {inst.instance_id!r}: {exc}") from exc
-        notes += run.notes
+        except PatchError as exc:  # the instance's test_patch does not apply to its start state
+            raise InfraError(f"SWE-v0 cannot grade {inst.instance_id!r}: {exc}") from exc
+        if run.notes:  # a patch of the instance that did not apply in the image: broken data
+            raise InfraError(f"SWE-v0 cannot grade {inst.instance_id!r}: {'; '.join(run.notes)}")
         verdict = judge(run, inst)
         if notes and not verdict.resolved:
             verdict = dataclasses.replace(verdict, reason=f"{verdict.reason} ({'; '.join(notes)})")
@@ -389,13 +414,14 @@ class SWEEnv(ToolEnv):
             "resolved": self._last.get("resolved", False),
             "tests_pass_frac": self._last.get("tests_pass_frac", 0.0),
             "grade_reason": self._last.get("grade_reason", "not graded"),
+            "tampered": self._last.get("tampered", False),
             "budget_exhausted": self.session.budget_exhausted,
         }
 
     def _info(self, reward: float, end: str | None) -> dict[str, Any]:
         info = super()._info(reward, end)
         if end is not None:  # per-step means in metrics.jsonl (rollout/env/resolved, ...)
-            for key in ("resolved", "tests_pass_frac"):
+            for key in ("resolved", "tests_pass_frac", "tampered"):
                 info["env_metrics"][key] = float(self._last.get(key, 0.0))
             info["env_metrics"]["submitted"] = float(self._submitted)
         return info

@@ -1,7 +1,7 @@
 """Grading SWE instances: a fresh session, a tree the grader built, a result channel of its own.
 
     run = await run_tests(tree, inst, limits)          # a fresh session: the tests of `inst`
-    tree = await graded_tree(agent_ws, inst, tmp_dir)   # start tree + the agent's source edits
+    tree, notes, changed = await graded_tree(agent_ws, inst, tmp_dir)  # start + agent's sources
     verdict = judge(run, inst)                          # resolved / partial, with the reason
 
 Order after an episode: every process of the agent's session is killed; the grader rebuilds the
@@ -9,9 +9,13 @@ repository on the host from the instance file (start state), then reads from the
 workspace ONLY the repository's own non-test source files (is_test_path is false) that exist in
 that tree, and overlays them (a file the agent deleted or made unreadable is missing). Tests,
 conftest.py, configuration, data files and any file the agent added come from the instance file,
-never from the workspace; test_patch is applied on the host. The tests then run in a NEW session
-(its own disk, no agent process, a clean shell) with `python3 -I -B` and pytest_runner.py, whose
-only trusted output is one nonce-tagged line. Nothing the agent did to its own workspace (chmod,
+never from the workspace; every file test_patch touches is reset to the start state (the agent's
+edits to it are discarded, as SWE-bench does) and test_patch is applied on the host (one that does
+not apply raises PatchError: the instance is broken, never graded without it). The tests then run
+in a NEW session (its own disk, no agent process, a clean shell) with `python3 -I -B` and
+pytest_runner.py, whose audit hook is installed before any repository code runs and whose only
+trusted output is its nonce-tagged records; tampering it sees scores 0 (`tampered: <what>`), and
+only a test that ran to PASSED counts (not XFAIL, XPASS, SKIPPED or ERROR). Nothing the agent did to its own workspace (chmod,
 full disk or inodes, lingering processes, planted sitecustomize/.pth/conftest/stdlib names, stale
 bytecode, printed result lines, edited tests) can make this raise or pass. A sandbox failure
 (BackendFailure, a session that will not start) raises; the env maps it to InfraError.
@@ -25,7 +29,7 @@ with the image's python (its pytest when it has one).
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import secrets
 import tempfile
 from dataclasses import dataclass
@@ -33,14 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from envs.swe.instances import Instance
-from envs.swe.repo import PatchError, apply_patch, materialize, pytest_bundle, source_files
-from envs.swe.testbed import TESTBED, ImageTree, build_in_session
+from envs.swe.repo import apply_patch, materialize, pytest_bundle, source_files
+from envs.swe.runners import DEPS, passed, runner_for
+from envs.swe.testbed import TESTBED, ImageTree, build_in_session, patch_paths
 
-__all__ = ["TestRun", "Verdict", "graded_tree", "judge", "run_tests"]
+__all__ = ["TestRun", "Verdict", "graded_tree", "judge", "parse_records", "run_tests"]
 
-RUNNER = Path(__file__).with_name("pytest_runner.py")
 SOURCE_MAX_BYTES = 4 << 20
-SUCCESS = ("PASSED", "XFAIL")
+# Only a test that ran to a pass counts: XFAIL, XPASS, SKIPPED, ERROR and "not run" do not (the
+# swebench harness 5.0.2 also counts XFAIL, which code under test can produce: pytest.xfail()).
+SUCCESS = ("PASSED",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,8 @@ class TestRun:
     log: str  # pytest's output (up to 8 MiB), for people and the log parser
     timed_out: bool = False
     notes: tuple[str, ...] = ()  # patches that did not apply over the agent's edits (image trees)
+    tampered: str = ""  # what the code under test did to the interpreter ("" when nothing)
+    ended: bool | None = None  # the runner's end-of-session record came (None: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,17 +66,19 @@ class Verdict:
     fraction: float  # share of FAIL_TO_PASS + PASS_TO_PASS that pass
     failed: tuple[str, ...]  # required ids that did not pass
     reason: str  # "" when resolved
+    tampered: bool = False  # the run was refused: the code under test tampered with the runner
 
 
 def judge(run: TestRun, inst: Instance) -> Verdict:
     required = inst.tests
+    if run.tampered:
+        return Verdict(False, 0.0, required, f"tampered: {run.tampered}", tampered=True)
     if run.statuses is None:
         why = "the tests timed out" if run.timed_out else "the test run printed no result"
+        if not run.timed_out and run.ended is False:
+            why = "the test run ended before pytest finished (no end-of-session record)"
         return Verdict(False, 0.0, required, why)
-    if "__tampered__" in run.statuses:
-        why = f"the code under test replaced test machinery ({run.statuses['__tampered__']})"
-        return Verdict(False, 0.0, required, why)
-    failed = tuple(t for t in required if run.statuses.get(t) not in SUCCESS)
+    failed = tuple(t for t in required if not passed(t, run.statuses, SUCCESS))
     fraction = 1 - len(failed) / len(required)
     if not failed:
         return Verdict(True, 1.0, (), "")
@@ -76,25 +86,75 @@ def judge(run: TestRun, inst: Instance) -> Verdict:
     return Verdict(False, fraction, failed, f"{len(failed)}/{len(required)} tests fail: {shown}")
 
 
-async def graded_tree(agent_ws: Any, inst: Instance, dest: Path) -> tuple[Path, list[str]]:
-    """The tree to test: start state + the agent's versions of its source files + test_patch.
-    Returns it and notes on files that could not be taken (missing, unreadable, not a file)."""
+def status_of(phase: str, outcome: str, wasxfail: bool, prior: str | None) -> str:
+    """SWE-bench's statuses: PASSED / FAILED / SKIPPED / ERROR / XFAIL, worst phase wins."""
+    if phase == "call":
+        if wasxfail:
+            status = "XFAIL" if outcome == "skipped" else "FAILED"  # an XPASS(strict) fails
+        else:
+            status = outcome.upper()
+    elif outcome == "failed":
+        status = "ERROR"
+    elif outcome == "skipped":
+        status = "SKIPPED"
+    else:
+        return prior or "PASSED"
+    if prior in ("FAILED", "ERROR"):
+        return prior
+    return status
+
+
+def parse_records(stdout: str, nonce: str) -> tuple[dict[str, str] | None, str, bool]:
+    """The runner's nonce-tagged records: (statuses or None without an end record, what was
+    tampered with ("" when nothing), whether the end record came)."""
+    statuses: dict[str, str] = {}
+    tampered: list[str] = []
+    ended = False
+    for line in stdout.splitlines():
+        if not line.startswith(nonce + " "):
+            continue
+        kind, _, rest = line[len(nonce) + 1 :].partition(" ")
+        try:
+            if kind == "R":
+                node_hex, phase, outcome, xfail = rest.split(" ")
+                nodeid = bytes.fromhex(node_hex).decode(errors="replace")
+                statuses[nodeid] = status_of(phase, outcome, xfail == "1", statuses.get(nodeid))
+            elif kind == "T":
+                tampered.append(bytes.fromhex(rest).decode(errors="replace"))
+            elif kind == "E":
+                ended = True
+        except ValueError:
+            tampered.append("a malformed record on the result channel")
+    shown = "; ".join(dict.fromkeys(tampered))[:400]
+    return (statuses if ended else None), shown, ended
+
+
+async def graded_tree(
+    agent_ws: Any, inst: Instance, dest: Path
+) -> tuple[Path, list[str], tuple[str, ...]]:
+    """The tree to test: start state + the agent's versions of its source files + test_patch,
+    applied as SWE-bench applies it: every file test_patch touches is first reset to the start
+    state (the agent's edits to them are discarded). Returns the tree, notes on files that could
+    not be taken (missing, unreadable, not a file) and the files the agent changed. A test_patch
+    that does not apply to the start state raises PatchError (the instance is broken)."""
     await agent_ws.kill_processes()
     tree = materialize(inst, dest)
-    notes = []
+    reset = set(patch_paths(inst.test_patch))
+    notes, changed = [], []
     for rel in source_files(tree):
+        if rel in reset:
+            continue
         try:
             data = await agent_ws.read_file(f"/workspace/repo/{rel}", max_bytes=SOURCE_MAX_BYTES)
         except (OSError, ValueError) as exc:  # deleted, chmod-ed, a FIFO or dir, too big
             (tree / rel).unlink()
             notes.append(f"{rel}: {type(exc).__name__}")
             continue
-        (tree / rel).write_bytes(data)
-    try:
-        apply_patch(tree, inst.test_patch, what="test_patch")
-    except PatchError as exc:  # only possible when the agent's edits collide with it
-        notes.append(f"test_patch: {exc}")
-    return tree, notes
+        if data != (tree / rel).read_bytes():
+            (tree / rel).write_bytes(data)
+            changed.append(rel)
+    apply_patch(tree, inst.test_patch, what=f"{inst.instance_id}: test_patch")
+    return tree, notes, tuple(changed)
 
 
 async def run_tests(
@@ -105,14 +165,19 @@ async def run_tests(
     backend: str,
     timeout_s: float = 300.0,
     session_options: dict[str, Any] | None = None,
+    changed: tuple[str, ...] | None = None,
 ) -> TestRun:
     """Run the instance's test files on `tree` in a fresh session; the nonce-tagged outcomes.
     A host directory is uploaded to the session; an ImageTree is built in a session on its image
-    from the image's pristine /testbed (testbed.py) and tested with the image's python."""
+    from the image's pristine /testbed (testbed.py) and tested with the image's python. `changed`:
+    the repository files the agent changed (an ImageTree's edits when None): the runner treats
+    their code, and code of files created during the run, as untrusted."""
     import sandbox
 
     nonce = secrets.token_hex(16)
-    files = list(inst.test_files) or ["."]
+    if hasattr(limits, "output_bytes"):  # one record per test on stdout
+        limits = dataclasses.replace(limits, output_bytes=max(limits.output_bytes, 8 << 20))
+    spec = runner_for(inst)  # pytest, or Django's / sympy's own (runners.py)
     options = dict(session_options or {})
     notes: list[str] = []
     if isinstance(tree, ImageTree):
@@ -129,31 +194,36 @@ async def run_tests(
             notes = await build_in_session(ws, tree)
         else:
             await ws.upload(tree, "g/repo")
-        if bundle != "-":
+        if spec.guarded:  # django / sympy: their pure-Python wheels, imported in place
+            spec.wheels()  # a clear error when one is missing
+            await ws.upload(DEPS, "g/deps")
+            bundle = "/workspace/g/deps"
+        elif bundle != "-":
             await ws.upload(pytest_bundle(), "g/deps")
-        await ws.write_file("g/runner.py", RUNNER.read_text())
+        await ws.write_file("g/runner.py", spec.script())
         await ws.write_file("g/nonce", nonce, mode=0o600)
+        if changed is None:
+            changed = tuple(tree.edits) if isinstance(tree, ImageTree) else ()
+        await ws.write_file("g/changed", "".join(f"{rel}\n" for rel in changed))
         command = (
             f"cd {cwd} && exec {_quote(python)} -I -B /workspace/g/runner.py "
-            f"/workspace/g/nonce {bundle} /workspace/g/log -o addopts= "
-            + " ".join(_quote(f) for f in files)
+            f"/workspace/g/nonce {bundle} /workspace/g/log /workspace/g/changed "
+            + " ".join(_quote(a) for a in spec.args(list(inst.test_files)))
         )
         result = await ws.exec(command, timeout_s=timeout_s, fresh=True)
         try:
             log = (await ws.read_file("g/log", max_bytes=8 << 20)).decode(errors="replace")
         except (OSError, ValueError):
             log = ""
-    statuses = None
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            try:
-                parsed = json.loads(line[len(nonce) + 1 :])
-            except json.JSONDecodeError:
-                break
-            if isinstance(parsed, dict):
-                statuses = {str(k): str(v) for k, v in parsed.items()}
-            break
-    return TestRun(statuses, log, timed_out=result.timed_out, notes=tuple(notes))
+    statuses, tampered, ended = parse_records(result.stdout, nonce)
+    return TestRun(
+        statuses,
+        log,
+        timed_out=result.timed_out,
+        notes=tuple(notes),
+        tampered=tampered,
+        ended=ended,
+    )
 
 
 def _quote(arg: str) -> str:

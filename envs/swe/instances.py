@@ -6,9 +6,14 @@ Accepted row layouts (field names as their dataset cards and harnesses publish t
   test_patch, problem_statement, hints_text, created_at, version, environment_setup_commit,
   FAIL_TO_PASS and PASS_TO_PASS as JSON strings.
 - SWE-Gym: the same fields, FAIL_TO_PASS / PASS_TO_PASS as lists.
-- SWE-smith: instance_id, repo ("owner__name.commit8"), patch, FAIL_TO_PASS, PASS_TO_PASS (lists),
-  image_name, problem_statement. Its `patch` INTRODUCES the bug (the dataset's maintainers flip
-  it to get the fix); there is no test_patch: the tests are already in the repository.
+- SWE-smith: instance_id ("owner__name.commit8.<strategy>__<hash>"), repo
+  ("swesmith/owner__name.commit8"), image_name ("jyangballin/swesmith.x86_64.owner_1776_name.
+  commit8"), patch, FAIL_TO_PASS, PASS_TO_PASS (lists), problem_statement, and base_commit (its
+  gather.py writes the mirror's commit into every row). Its `patch` INTRODUCES the bug (the
+  dataset's maintainers flip it to get the fix); there is no test_patch: the tests are already in
+  the repository. Recognised by those fields (the swesmith image, repo or id), so a row with
+  base_commit is still read as SWE-smith; a row with neither test_patch nor base_commit (the
+  layout make_set.py writes) is read the same way.
 - R2E-Gym: repo_name, docker_image, commit_hash, problem_statement, expected_output_json (test
   name -> status after the fix), parsed_commit_content, ...; the required tests are those whose
   expected status is PASSED (F2P and P2P are not told apart there: validation asks that all pass
@@ -16,8 +21,10 @@ Accepted row layouts (field names as their dataset cards and harnesses publish t
   commit_hash against its parent, read from a local git repo_path.
 
 Any layout may add `repo_path`: a local git repository (checked out at base_commit when one is
-given) or a plain directory holding the repository, for machines without registry access; a
-relative path is resolved against the JSONL file's directory. Without it the instance runs in its
+given), a plain directory holding the repository, or a source archive (a PyPI sdist: .tar.gz,
+.tgz, .tar.bz2, .tar.xz, .tar) unpacked on first use into a cache dir (envs/swe/archives.py; the
+optional `repo_files` globs keep only those of its files), for machines without registry access;
+a relative path is resolved against the JSONL file's directory. Without it the instance runs in its
 image (image_name / docker_image; for SWE-bench rows, which publish none, the harness's own name
 swebench/sweb.eval.x86_64.<id with __ as _1776_>:latest). Optional `test_files` lists the test
 files to run (default: the files of the FAIL_TO_PASS / PASS_TO_PASS ids); `split` (train|test)
@@ -28,11 +35,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from envs.errors import MissingData, TaskError
+from envs.swe.archives import ARCHIVE_SUFFIXES, is_archive, unpack
 
 __all__ = ["Instance", "load_instances", "parse_instance", "split_of"]
 
@@ -72,7 +81,8 @@ def split_of(instance_id: str) -> str:
 
 
 def load_instances(path: str | Path) -> list[Instance]:
-    """Every row of a JSONL file (or a JSON list) as an Instance; errors name the row and field."""
+    """Every row of a JSONL file (or a JSON list, or one JSON object, pretty-printed or not) as
+    an Instance; errors name the row and field."""
     path = Path(path)
     if not path.is_file():
         raise MissingData(
@@ -80,8 +90,18 @@ def load_instances(path: str | Path) -> list[Instance]:
         )
     text = path.read_text()
     rows: list[Any]
-    if text.lstrip().startswith("["):
-        rows = json.loads(text)
+    head = text.lstrip()[:1]
+    whole: Any = None
+    if head in ("[", "{"):
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if head == "[":
+                raise ValueError(f"{path}: not a JSON list: {exc}") from exc
+    if isinstance(whole, list):
+        rows = whole
+    elif isinstance(whole, dict):  # one instance, e.g. a dataset card's pretty-printed sample
+        rows = [whole]
     else:
         rows = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -140,10 +160,22 @@ def parse_instance(row: Any, *, base_dir: Path | None = None, where: str = "row"
     )
 
 
+_SMITH_ID = re.compile(r"^[\w.-]+__[\w.-]+\.[0-9a-f]{8}\.[\w.-]+$")
+
+
 def _schema(row: dict[str, Any]) -> Schema:
     if "repo_name" in row and "expected_output_json" in row:
         return "r2e-gym"
-    # SWE-smith rows have no test_patch and no base_commit: their patch introduces the bug.
+    if row.get("test_patch"):  # SWE-bench, Verified, Lite, SWE-Gym: the fix and its tests
+        return "swe-bench"
+    image = str(row.get("image_name") or "").rsplit("/", 1)[-1]
+    if (
+        image.startswith("swesmith.")
+        or str(row.get("repo") or "").startswith("swesmith/")
+        or _SMITH_ID.match(str(row.get("instance_id") or ""))
+    ):
+        return "swe-smith"  # its patch introduces the bug, whether or not it has base_commit
+    # make_set.py's rows (and older SWE-smith exports): no test_patch, no base_commit
     if "test_patch" not in row and "base_commit" not in row:
         return "swe-smith"
     return "swe-bench"
@@ -232,9 +264,29 @@ def _repo_path(row: dict[str, Any], base_dir: Path | None, where: str) -> str:
     path = Path(raw)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
+    keep = _globs(row, where)
+    if is_archive(path):
+        if not path.is_file():
+            raise ValueError(f"{where}: repo_path {raw!r} is not a file (looked at {path})")
+        try:
+            return str(unpack(path, keep))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from exc
+    if keep:
+        raise ValueError(f"{where}: repo_files selects files of an archive; {raw!r} is not one")
     if not path.is_dir():
-        raise TaskError(f"{where}: repo_path {raw!r} is not a directory (looked at {path})")
+        raise TaskError(
+            f"{where}: repo_path {raw!r} is not a directory or a source archive "
+            f"({', '.join(ARCHIVE_SUFFIXES)}) (looked at {path})"
+        )
     return str(path.resolve())
+
+
+def _globs(row: dict[str, Any], where: str) -> tuple[str, ...]:
+    value = row.get("repo_files", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}: repo_files must be a list of globs")
+    return tuple(value)
 
 
 def _image(row: dict[str, Any], iid: str, schema: Schema, where: str) -> str:

@@ -3,14 +3,15 @@
     pip download --no-binary :all: --no-deps inflection==0.5.1 ... -d SDIST_DIR
     python -m envs.swe.make_set SDIST_DIR [--per-project 25]
 
-For each project in PROJECTS: the kept files of its sdist (package source, its own tests, licence;
-a src/ layout is flattened) go to envs/swe/data/repos/NAME-VERSION/. Then candidate bugs from
+For each project in PROJECTS: its sdist is copied, unmodified, to envs/swe/data/repos/
+NAME-VERSION.tar.gz; the kept files (package source, its own tests, licence; a src/ layout is
+flattened: the rows' repo_files) are unpacked from it on use (envs/swe/archives.py). Then candidate bugs from
 mutate.py are tried one at a time on the host: the project's test files for that module run
 before (pristine) and after the mutation through the same pytest runner the grader uses. A
 candidate is kept when at least one and at most 80% of the tests that passed now fail
 (FAIL_TO_PASS); PASS_TO_PASS is a seeded
 sample (at most 60) of the tests that pass both times. Rows use the SWE-smith layout (`patch`
-introduces the bug) plus repo_path and test_files, written to envs/swe/data/instances.jsonl.
+introduces the bug) plus repo_path, repo_files and test_files, written to envs/swe/data/instances.jsonl.
 The issue text describes the symptom as a user would (the function, what goes wrong, the error
 line pytest showed), never a test id or the patch. Run `python -m envs.swe validate` on the
 result: that is the gold validation in the sandbox.
@@ -33,11 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envs.swe.archives import trimmed, unpack
+from envs.swe.grading import parse_records
 from envs.swe.mutate import Mutation, mutations
 from envs.swe.repo import pytest_bundle
+from envs.swe.runners import RUNNERS, Runner
 
 DATA = Path(__file__).with_name("data")
-RUNNER = Path(__file__).with_name("pytest_runner.py")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,25 @@ class Project:
     licence: str
     keep: tuple[str, ...]  # globs of kept files, relative to the sdist root (after flattening)
     targets: dict[str, tuple[str, ...]]  # mutated module -> its test files
+    runner: str = "pytest"  # envs/swe/runners.py RUNNERS key
+    repo: str = ""  # owner/name (default name/name)
+    trim: bool = False  # ship a .tar.xz of the kept files, not the whole sdist (too big)
+
+    @property
+    def full_repo(self) -> str:
+        return self.repo or f"{self.name}/{self.name}"
+
+
+DJANGO_UTILS = ("text", "dateparse", "http", "html", "datastructures", "ipv6", "numberformat")
+# the fast ones (a few seconds beside sympy's import): generate, primetest, residue take 2-3x
+SYMPY_NTHEORY = {"factor_": "test_factor_", "digits": "test_digits"}
+# what `import sympy` imports (measured), plus sympy.testing (its test helpers)
+SYMPY_PACKAGES = (
+    "algebras assumptions calculus combinatorics concrete core discrete external functions geometry "
+    "integrals "
+    "interactive logic matrices multipledispatch ntheory parsing plotting polys printing series "
+    "sets simplify solvers strategies tensor testing utilities"
+).split()
 
 
 PROJECTS = (
@@ -139,59 +161,113 @@ PROJECTS = (
             "boltons/queueutils.py": ("tests/test_queueutils.py",),
         },
     ),
+    Project(
+        "django",
+        "5.2.8",
+        "BSD-3-Clause",
+        (
+            "django/**/*.py",
+            "django/conf/locale/en/LC_MESSAGES/*",
+            "!django/contrib/gis/**/*.py",
+            "LICENSE",
+            "tests/*.py",
+            "tests/utils_tests/__init__.py",
+            "tests/utils_tests/models.py",
+            *(f"tests/utils_tests/test_{m}.py" for m in DJANGO_UTILS),
+        ),
+        {f"django/utils/{m}.py": (f"tests/utils_tests/test_{m}.py",) for m in DJANGO_UTILS},
+        runner="django",
+        repo="django/django",
+        trim=True,
+    ),
+    Project(
+        "sympy",
+        "1.14.0",
+        "BSD-3-Clause",
+        (
+            "sympy/*.py",
+            *(f"sympy/{d}/**/*.py" for d in SYMPY_PACKAGES),
+            "!sympy/**/tests/*.py",
+            "!sympy/**/benchmarks/*.py",
+            "sympy/testing/tests/__init__.py",
+            "sympy/utilities/tests/__init__.py",
+            "sympy/utilities/tests/test_iterables.py",
+            "sympy/ntheory/tests/__init__.py",
+            *(f"sympy/ntheory/tests/{t}.py" for t in SYMPY_NTHEORY.values()),
+            "LICENSE",
+        ),
+        {
+            "sympy/utilities/iterables.py": ("sympy/utilities/tests/test_iterables.py",),
+            **{
+                f"sympy/ntheory/{m}.py": (f"sympy/ntheory/tests/{t}.py",)
+                for m, t in SYMPY_NTHEORY.items()
+            },
+        },
+        runner="sympy",
+        repo="sympy/sympy",
+        trim=True,
+    ),
 )
 
 
-def prepare(project: Project, sdists: Path) -> Path:
-    """envs/swe/data/repos/NAME-VERSION with the project's kept files."""
-    root = next(sdists.glob(f"{project.name}-{project.version}"), None)
-    if root is None:
-        archive = next(sdists.glob(f"{project.name}-{project.version}.tar.gz"))
-        subprocess.run(["tar", "-xzf", str(archive), "-C", str(sdists)], check=True)
-        root = sdists / f"{project.name}-{project.version}"
-    base = root / "src" if (root / "src").is_dir() else root
-    dest = DATA / "repos" / f"{project.name}-{project.version}"
-    shutil.rmtree(dest, ignore_errors=True)
-    for pattern in project.keep:
-        for path in sorted(list(base.glob(pattern)) + list(root.glob(pattern))):
-            rel = path.relative_to(base if path.is_relative_to(base) else root)
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, dest / rel)
-    return dest
+def archive_of(project: Project) -> Path:
+    suffix = ".tar.xz" if project.trim else ".tar.gz"
+    return DATA / "repos" / f"{project.name}-{project.version}{suffix}"
 
 
-def run_host(tree: Path, files: tuple[str, ...]) -> tuple[dict[str, str], str]:
+def prepare(project: Project, sdists: Path | None) -> Path:
+    """The project's kept files, unpacked from its sdist (copied from `sdists` into
+    envs/swe/data/repos/ first, when given)."""
+    if sdists is not None:
+        archive = sdists / f"{project.name}-{project.version}.tar.gz"
+        if not archive.is_file():
+            raise FileNotFoundError(
+                f"{archive} is missing: pip download --no-binary :all: --no-deps "
+                f"{project.name}=={project.version} -d {sdists}"
+            )
+        if project.trim:
+            trimmed(archive, project.keep, archive_of(project))
+        else:
+            shutil.copyfile(archive, archive_of(project))
+    return unpack(archive_of(project), repo_files(project))
+
+
+def repo_files(project: Project) -> tuple[str, ...]:
+    return () if project.trim else project.keep
+
+
+def run_host(tree: Path, files: tuple[str, ...], runner: str = "pytest") -> tuple[dict, str]:
     """The runner on the host (trusted inputs only: a real project, our own mutation)."""
     nonce = secrets.token_hex(8)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "nonce").write_text(nonce)
         try:
-            out = _run_runner(tree, files, tmp)
+            out = _run_runner(tree, files, tmp, RUNNERS[runner])
         except subprocess.TimeoutExpired:  # a mutation that loops forever: not a usable bug
             return {}, "timed out"
         log = (Path(tmp) / "log").read_text(errors="replace")
-    line = next((x for x in out.stdout.splitlines() if x.startswith(nonce + " ")), None)
-    return (json.loads(line[len(nonce) + 1 :]) if line else {}), log
+    statuses, tampered, _ = parse_records(out.stdout, nonce)
+    return ({} if statuses is None or tampered else statuses), log
 
 
-def _run_runner(tree: Path, files: tuple[str, ...], tmp: str) -> subprocess.CompletedProcess[str]:
+def _run_runner(
+    tree: Path, files: tuple[str, ...], tmp: str, spec: Runner
+) -> subprocess.CompletedProcess[str]:
+    (Path(tmp) / "runner.py").write_text(spec.script())
+    (Path(tmp) / "changed").write_text("")  # our own mutation: no untrusted file
+    deps = pytest_bundle()
+    if spec.guarded:
+        deps = Path(tmp) / "deps"
+        deps.mkdir()
+        for wheel in spec.wheels():
+            shutil.copyfile(wheel, deps / wheel.name)
+    head = [f"{tmp}/nonce", str(deps), f"{tmp}/log", f"{tmp}/changed"]
     return subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-B",
-            str(RUNNER),
-            f"{tmp}/nonce",
-            str(pytest_bundle()),
-            f"{tmp}/log",
-            "-o",
-            "addopts=",
-            *files,
-        ],
+        [sys.executable, "-I", "-B", f"{tmp}/runner.py", *head, *spec.args(list(files))],
         cwd=tree,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         # as in the sandbox: no plugins from the host's site-packages
         env={"PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
     )
@@ -239,7 +315,7 @@ def build(
 ) -> int:
     """Screen every project's targets; each new kept row is appended to `out` at once.
 
-    sdists=None reuses the trees already under data/repos. A candidate whose patch is already a
+    sdists=None reuses the archives already under data/repos. A candidate whose patch is already a
     row of `out` is skipped, so a re-run (another seed, new targets) adds only new bugs.
     """
     count = start
@@ -247,10 +323,7 @@ def build(
     for project in PROJECTS:
         if only and project.name not in only:
             continue
-        if sdists is None:
-            tree = DATA / "repos" / f"{project.name}-{project.version}"
-        else:
-            tree = prepare(project, sdists)
+        tree = prepare(project, sdists)
         quota = -(-per_project // len(project.targets))
         for module, files in project.targets.items():
             if modules and module not in modules:
@@ -285,14 +358,14 @@ def screen(
             copies.append(Path(tmp) / str(i))
             shutil.copytree(tree, copies[-1])
         # outside this repository: pytest must not take its rootdir from our pyproject.toml
-        baseline, _ = run_host(copies[0], files)
-        passing = sorted(t for t, s in baseline.items() if s == "PASSED")
+        baseline, _ = run_host(copies[0], files, project.runner)
+        passing = sorted(t for t, s in baseline.items() if s == "PASSED" and _usable(project, t))
 
         def attempt(args):
             copy, mutation = args
             (copy / module).write_text(mutation.apply(source))
             try:
-                return mutation, run_host(copy, files)
+                return mutation, run_host(copy, files, project.runner)
             finally:
                 (copy / module).write_text(source)
 
@@ -318,15 +391,22 @@ def screen(
                     break
 
 
+def _usable(project: Project, test_id: str) -> bool:
+    """Django: only `test_x (module.Class.test_x)` ids (a docstring line is also recorded as an
+    id, as SWE-bench's parser reads it, but it is not unique)."""
+    return project.runner != "django" or re.fullmatch(r"\S+ \(\S+\)", test_id) is not None
+
+
 def row(project, index, module, files, mutation, source, f2p, p2p, log) -> dict:
     return {
         "instance_id": f"{project.name}__{project.name}-{project.version}.{mutation.kind}__{index}",
-        "repo": f"{project.name}/{project.name}",
+        "repo": project.full_repo,
         "patch": bug_patch(module, source, mutation.apply(source)),
         "FAIL_TO_PASS": f2p,
         "PASS_TO_PASS": p2p,
         "problem_statement": issue_text(project, module, mutation, log),
-        "repo_path": f"repos/{project.name}-{project.version}",
+        "repo_path": f"repos/{archive_of(project).name}",
+        **({"repo_files": list(project.keep)} if not project.trim else {}),
         "test_files": list(files),
         "license": project.licence,
     }
@@ -339,7 +419,7 @@ def main() -> None:
     parser.add_argument("--modules", nargs="*", help="only these target modules (default: all)")
     parser.add_argument("--workers", type=int, default=3, help="candidates screened at once")
     parser.add_argument(
-        "sdists", type=Path, nargs="?", help="sdist folder (default: reuse data/repos as is)"
+        "sdists", type=Path, nargs="?", help="sdist folder (default: the archives in data/repos)"
     )
     parser.add_argument("--per-project", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)

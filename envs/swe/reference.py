@@ -21,6 +21,7 @@ from collections.abc import Collection
 
 from envs.swe.editing import gold_edits
 from envs.swe.instances import Instance
+from envs.swe.runners import runner_for
 from envs.tools.trajectory import plan_turns, tool_call
 
 __all__ = ["hunk_starts", "reference_turns"]
@@ -52,9 +53,11 @@ def reference_turns(
         return None
     run = verify = None
     if "bash" in tools and inst.test_files:
-        files = " ".join(shlex.quote(f) for f in inst.test_files)
-        run = [tool_call("bash", command=f"python3 -m pytest -q -x {files} 2>&1 | tail -n 25")]
-        verify = [tool_call("bash", command=f"python3 -m pytest -q {files} 2>&1 | tail -n 5")]
+        spec, files = runner_for(inst), list(inst.test_files)
+        run = [tool_call("bash", command=f"{spec.agent_command(files)} 2>&1 | tail -n 25")]
+        verify = [
+            tool_call("bash", command=f"{spec.agent_command(files, quiet=True)} 2>&1 | tail -n 5")
+        ]
     return plan_turns(
         edits=[tool_call("str_replace", path=p, old_str=old, new_str=new) for p, old, new in edits],
         max_calls=max_calls,

@@ -165,3 +165,28 @@ def test_validate_cli_passes_good_instances_and_exits_1_on_a_broken_one(instance
     assert out.returncode == 1, out.stdout + out.stderr
     assert "F2P passes before: tests/test_ops.py::test_clamp_inside" in out.stdout
     assert "2/3 valid" in out.stdout
+
+
+# The issue-30 attacks from the red-team suite (envs/swe/attacks.py), each a reward of 1 on the
+# runner before the audit hook; the frame/tracing ones must be named as tampering.
+SUITE = {
+    "json_default_encoder_swap": False,
+    "frame_walk_config_plugin": True,
+    "frame_walk_fd_forge_exit": True,
+    "frame_walk_hookimpl_function_swap": True,
+    "settrace_swaps_test_code": True,
+    "xfail_from_source": False,
+    "runner_plugin_called_directly": True,
+}
+
+
+@pytest.mark.parametrize("attack", list(SUITE))
+def test_suite_attack_through_the_tools_scores_0_and_tampering_is_named(attack, instance_file):
+    from envs.swe.attacks import attack_calls
+
+    inst = load_instances(instance_file)[0]
+    reward, info = asyncio.run(_episode(instance_file, "bubblewrap", attack_calls(attack, inst)))
+    assert reward == 0.0 and not info["resolved"], (attack, info)
+    assert info["tampered"] is SUITE[attack], info["grade_reason"]
+    assert info["grade_reason"].startswith("tampered: ") is SUITE[attack]
+    assert info["env_metrics"]["tampered"] == float(SUITE[attack])

@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).parent / "swe_fixtures"
 sys.path.insert(0, str(FIXTURES))
 import fixture_repo  # noqa: E402
 
-LAYOUTS = ("swe_bench", "swe_gym", "swe_smith", "r2e_gym")
+LAYOUTS = ("swe_bench", "swe_bench_verified", "swe_gym", "swe_smith", "r2e_gym")
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,30 @@ def test_layout_specific_fields_are_read_as_published(git_repo, tmp_path):
     assert smith.image.startswith("jyangballin/swesmith") and not smith.test_patch
     r2e = load_instances(with_repo("r2e_gym", git_repo, tmp_path))[0]
     assert r2e.schema == "r2e-gym" and r2e.base_commit.endswith("^") and len(r2e.tests) == 6
+
+
+def test_swe_smith_rows_with_base_commit_in_one_pretty_printed_object_are_read_as_swe_smith(
+    git_repo, tmp_path
+):
+    """SWE-smith's gather.py writes base_commit into every row: the loader must still take its
+    patch as the bug (before, such a row was a SWE-bench row: null agent 1, oracle 0)."""
+    row = json.loads((FIXTURES / "swe_smith_sample.json").read_text())
+    assert row["base_commit"] and "test_patch" not in row
+    row["repo_path"] = str(git_repo)
+    path = tmp_path / "sample.json"
+    path.write_text(json.dumps(row, indent=4))  # one object over many lines, as published
+    (inst,) = load_instances(path)
+    assert inst.schema == "swe-smith" and inst.bug_patch == row["patch"]
+    tree = materialize(inst, tmp_path / "start", with_tests=True)
+    assert (tree / "minicalc/ops.py").read_text() != (
+        fixture_repo.SOURCE / "minicalc/ops.py"
+    ).read_text()
+    apply_patch(tree, inst.gold_patch)
+    assert (tree / "minicalc/ops.py").read_text() == (
+        fixture_repo.SOURCE / "minicalc/ops.py"
+    ).read_text()
+    verified = load_instances(with_repo("swe_bench_verified", git_repo, tmp_path))[0]
+    assert verified.schema == "swe-bench" and verified.test_patch
 
 
 def test_bad_instance_files_fail_naming_the_row_and_field(git_repo, tmp_path):
@@ -170,3 +194,90 @@ def test_the_docs_own_data_command_composes_and_loads_that_file(git_repo, tmp_pa
         default = compose(config_name="config", overrides=["env=swe"])
     shipped = envs.make("swe", **OmegaConf.to_container(default.env.kwargs, resolve=True))
     assert len(shipped.load_tasks("train")) > len(ids)  # null source: the shipped set
+
+
+def _sdist(path: Path, files: dict[str, str], *, evil: bool = False) -> Path:
+    """A PyPI-style sdist: everything under NAME-VERSION/, here with a src/ layout."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{path.name.removesuffix('.tar.gz')}/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if evil:
+            link = tarfile.TarInfo("calc-1.0/src/calc/link.py")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(link)
+            up = tarfile.TarInfo("calc-1.0/../../outside.py")
+            up.size = 1
+            tar.addfile(up, io.BytesIO(b"x"))
+    return path
+
+
+def test_a_source_archive_repo_path_is_unpacked_once_into_the_cache(tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from envs.swe import archives
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(archives, "_unpacked", {})
+    files = {
+        "src/calc/__init__.py": "def add(a, b):\n    return a + b\n",
+        "tests/test_calc.py": "from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+        "LICENSE": "MIT\n",
+        "docs/conf.py": "project = 'calc'\n",
+        "setup.py": "raise SystemExit('not run')\n",
+    }
+    (tmp_path / "data").mkdir()
+    archive = _sdist(tmp_path / "data" / "calc-1.0.tar.gz", files, evil=True)
+    keep = ["calc/*.py", "tests/*.py", "LICENSE"]
+    row = json.loads((FIXTURES / "swe_smith.jsonl").read_text().splitlines()[0])
+    bug = (
+        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n"
+        "+++ b/calc/__init__.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n"
+        "+    return a - b\n"
+    )
+    row |= {"repo_path": "calc-1.0.tar.gz", "repo_files": keep, "patch": bug}
+    (tmp_path / "data" / "set.jsonl").write_text(json.dumps(row) + "\n")
+    with ThreadPoolExecutor(4) as pool:  # concurrent loaders: one tree, never half of one
+        trees = set(pool.map(lambda _: archives.unpack(archive, tuple(keep)), range(4)))
+    inst = load_instances(tmp_path / "data" / "set.jsonl")[0]
+    tree = Path(inst.repo_path)
+    assert trees == {tree} and tree.name == "calc-1.0"
+    assert tree.is_relative_to(tmp_path / "home/.cache/gspo-agents/swe-repos")
+    kept = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*") if p.is_file())
+    # src/ flattened, only the kept globs, no link, nothing outside the tree
+    assert kept == ["LICENSE", "calc/__init__.py", "tests/test_calc.py"], kept
+    assert not (tmp_path / "outside.py").exists() and not list(tmp_path.rglob("outside.py"))
+    assert list((tmp_path / "home/.cache/gspo-agents/swe-repos").iterdir()) == [tree.parent]
+    start = materialize(inst, tmp_path / "start")  # the bug applies to the unpacked tree
+    assert "return a - b" in (start / "calc/__init__.py").read_text()
+    # the whole archive without repo_files; a changed archive is a new tree
+    whole = archives.unpack(archive)
+    assert (whole / "src/calc/__init__.py").is_file() and (whole / "setup.py").is_file()
+    _sdist(archive, files | {"LICENSE": "BSD\n"})
+    assert (archives.unpack(archive, tuple(keep)) / "LICENSE").read_text() == "BSD\n"
+
+
+def test_bad_source_archives_fail_naming_the_row(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    good = json.loads((FIXTURES / "swe_smith.jsonl").read_text().splitlines()[0])
+    (tmp_path / "junk.tar.gz").write_bytes(b"not a tarball")
+    _sdist(tmp_path / "calc-1.0.tar.gz", {"calc/__init__.py": ""})
+    cases = {
+        "missing": ({"repo_path": "none-1.0.tar.gz"}, "repo_path 'none-1.0.tar.gz' is not a file"),
+        "junk": ({"repo_path": "junk.tar.gz"}, "junk.tar.gz cannot be read"),
+        "globs": (
+            {"repo_path": "calc-1.0.tar.gz", "repo_files": ["nothing/*.py"]},
+            r"no file matches repo_files \['nothing/\*.py'\]",
+        ),
+        "dir": ({"repo_path": ".", "repo_files": ["a.py"]}, "'.' is not one"),
+    }
+    for name, (change, message) in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text(json.dumps(good | change) + "\n")
+        with pytest.raises(ValueError, match=f"{name}.jsonl:1: .*{message}"):
+            load_instances(path)

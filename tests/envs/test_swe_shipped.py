@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from envs.swe.agents import AGENTS, Play, changed_lines, stub_edits, summary
+from envs.swe.archives import cache_root
 from envs.swe.env import DEFAULT_SOURCE, reference_calls
 from envs.swe.instances import load_instances
 from tests.envs.test_swe_env import _episode, call
@@ -45,6 +46,9 @@ def test_the_set_spans_real_projects_with_licences_and_clean_issue_texts():
     assert min(counts.values()) >= 5, counts
     size = sum(f.stat().st_size for f in PATH.parent.rglob("*") if f.is_file())
     assert size < 5 << 20, f"the shipped data is {size >> 20} MiB"
+    # the projects ship as their sdists, unpacked on use: no other project's source in this tree
+    assert not list(PATH.parent.rglob("*.py")), "a vendored source file under envs/swe/data"
+    assert {Path(i.repo_path).parents[1] for i in INSTANCES} == {cache_root()}
 
 
 def test_a_seeded_handful_passes_gold_validation_in_the_sandbox():
@@ -99,7 +103,7 @@ def test_agents_cli_resolves_only_with_the_oracle_on_a_seeded_pair():
     assert all(r[2] == ("1" if r[1] == "oracle" else "0") for r in rows), out.stdout
     for agent in AGENTS:
         want = "2/2" if agent == "oracle" else "0/2"
-        assert f"{agent}: resolved {want}, errors 0 (want {want}) ok" in out.stdout
+        assert f"{agent}: resolved {want}, errors 0, tampered 0 (want {want}) ok" in out.stdout
 
 
 SOURCE = """\
