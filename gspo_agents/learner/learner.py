@@ -49,6 +49,7 @@ from gspo_agents.learner.build import (
 from gspo_agents.learner.config import LearnerConfig
 from gspo_agents.learner.errors import BatchError
 from gspo_agents.learner.head import TokenHead
+from gspo_agents.learner.lora import apply_lora
 from gspo_agents.learner.moe import RouterRecorder, routes_for_microbatch
 from gspo_agents.learner.packing import pack, packing_unsupported
 from gspo_agents.learner.parallel import (
@@ -101,13 +102,15 @@ class Learner:
         self._bf16 = use_bf16(cfg.mixed_precision, self.device)
         self.model, self._export_dtype = load_model(self.model_path, self.device)
         self._routers = RouterRecorder(self.model)  # hooks before sharding: plain module paths
-        self._ref = (
-            load_reference(self.model_path, self.device, self._info.distributed, self._bf16)
-            if cfg.kl_coef > 0
-            else None
-        )
         if cfg.activation_checkpointing:
             enable_activation_checkpointing(self.model)
+        if cfg.lora.enabled:  # adapters on a frozen base; the base is also the KL reference
+            self.model = apply_lora(self.model, cfg.lora)
+        self._ref = (
+            load_reference(self.model_path, self.device, self._info.distributed, self._bf16)
+            if cfg.kl_coef > 0 and not cfg.lora.enabled
+            else None
+        )
         if self._info.distributed:
             shard_model(self.model, self._bf16)
         # single-process CUDA gets bf16 through autocast; under FSDP the MixedPrecisionPolicy does it
@@ -116,9 +119,10 @@ class Learner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._objective = get_objective(cfg.algorithm)
         self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
+        reference = self.model if cfg.lora.enabled else self._ref  # LoRA: adapters disabled
         self._ref_head = (  # the reference's log-probs by the same chunked path
-            TokenHead(self._ref, cfg.temperature, cfg.logprob_chunk_tokens)
-            if self._ref is not None
+            TokenHead(reference, cfg.temperature, cfg.logprob_chunk_tokens)
+            if cfg.kl_coef > 0
             else None
         )
         self._head = TokenHead(
@@ -205,10 +209,17 @@ class Learner:
         return all_reduce_(out_BT, self._info).cpu()
 
     def export_hf(self, out_dir: str) -> str:
-        """Write the full model as an HF directory (rank 0); all ranks call. Returns out_dir."""
+        """Write the full model as an HF directory (rank 0); all ranks call. Returns out_dir.
+        A LoRA model's directory holds the merged weights, and the adapter alone in its
+        `adapter/` subdirectory (PEFT format, for engines that load adapters)."""
         return checkpoint.export_hf(
             out_dir, self._info, self.model, self.model_path, self._export_dtype
         )
+
+    @property
+    def trainable_parameters(self) -> int:
+        """Parameters the optimizer updates (the adapters alone under LoRA)."""
+        return sum(p.numel() for g in self.optimizer.param_groups for p in g["params"])
 
     def save_checkpoint(self, ckpt_dir: str, extra_state: dict) -> None:
         """Model, optimizer, scheduler, step, RNG and the caller's extra_state; atomic."""

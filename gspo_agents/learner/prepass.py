@@ -21,6 +21,7 @@ import torch
 
 from gspo_agents.learner.batching import rank_rows
 from gspo_agents.learner.errors import BatchError
+from gspo_agents.learner.lora import reference_mode
 from gspo_agents.learner.moe import routes_per_row, with_engine_routes
 from gspo_agents.learner.parallel import all_reduce_
 from gspo_agents.learner.probe import PreUpdate
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 def pre_update(learner: Learner, batch: FlatBatch, lengths: list[int]) -> PreUpdate:
     """Everything the update's loss needs from before its first step. All ranks call."""
     pre = old_policy_pass(learner, batch, lengths)
-    if learner._ref is not None:
+    if learner._ref_head is not None:
         pre.ref_logprobs_BT = reference_logprobs(learner, batch, lengths)
     return pre
 
@@ -48,7 +49,10 @@ def reference_logprobs(learner: Learner, batch: FlatBatch, lengths: list[int]) -
     for rows in learner._synced_microbatches(batch, mine, lengths):
         mb = learner._micro(batch, rows, lengths)
         ids_BT = mb.input_ids_BT.to(learner.device)
-        with torch.autocast(learner.device.type, dtype=torch.bfloat16, enabled=learner._autocast):
+        autocast = torch.autocast(
+            learner.device.type, dtype=torch.bfloat16, enabled=learner._autocast
+        )
+        with autocast, reference_mode(learner.model):  # LoRA: the frozen base, adapters off
             stats = learner._ref_head(
                 ids_BT, attention_mask=mb.attention_mask_BT.to(learner.device)
             )
