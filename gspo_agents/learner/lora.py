@@ -28,14 +28,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gspo_agents.models import LoraConfig
+from gspo_agents.models import LoraConfig, ModelConfigError
 
 PEFT_PREFIX = "base_model.model."  # PeftModel -> LoraModel -> the HF model
 ADAPTER_NAME = "default"
 ADAPTER_DIR = "adapter"  # beside an exported HF directory's weights: the adapter alone
 
 
-class LoraSetupError(ValueError):
+class LoraSetupError(ModelConfigError):
     """The LoRA config cannot be applied to this model (the message names the fix)."""
 
 
