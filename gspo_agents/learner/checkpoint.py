@@ -81,7 +81,7 @@ def save(
             tmp.mkdir(parents=True)
 
     def write() -> None:
-        model_sd, optim_sd = get_state_dict(model, optimizer, options=_state_options(model))
+        model_sd, optim_sd = _state_dicts(model, optimizer)
         with _quiet_single_process(info):
             dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
         torch.save(_rng_state(), tmp / f"rng_rank{info.rank}.pt")
@@ -225,8 +225,7 @@ def _load_one(
         raise CheckpointError(
             f"checkpoint file {trainer_file} is unreadable ({type(exc).__name__}: {exc})"
         ) from exc
-    options = _state_options(model)
-    model_sd, optim_sd = get_state_dict(model, optimizer, options=options)
+    model_sd, optim_sd = _state_dicts(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     try:
         with _quiet_single_process(info):
@@ -242,7 +241,7 @@ def _load_one(
         optimizer,
         model_state_dict=state["model"],
         optim_state_dict=state["optim"],
-        options=options,
+        options=_state_options(model),
     )
     rng_file = path / f"rng_rank{info.rank}.pt"
     if trainer_state.get("world_size") == info.world_size and rng_file.is_file():
@@ -259,6 +258,14 @@ def _state_options(model: nn.Module) -> StateDictOptions:
     if is_lora(model):
         return StateDictOptions(ignore_frozen_params=True, strict=False)
     return StateDictOptions()
+
+
+def _state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_state_options(model))
+    if is_lora(model):  # a tied output layer is reported apart from its frozen embedding
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        model_sd = {k: v for k, v in model_sd.items() if k in trainable}
+    return model_sd, optim_sd
 
 
 def _rng_state() -> dict:
