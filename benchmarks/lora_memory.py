@@ -6,9 +6,11 @@ all (one minibatch, one micro-batch), take on-policy log-probs, run one update (
 the gradients and AdamW's two moments), then time `--repeats` more. Reported:
 
 - trainable: parameters the optimizer updates (all of them, or the adapters alone);
-- state MiB: what the first update added and kept (gradients freed, AdamW moments kept: 8
-  bytes per trainable parameter in fp32), from the process's resident memory;
-- peak MiB: the measured update's peak above what it started with (activations, gradients);
+- optimizer state MiB: AdamW's moments, counted from the optimizer's tensors (8 bytes per
+  trainable parameter in fp32);
+- first update peak MiB: the first update's peak above the loaded model (activations,
+  gradients and the optimizer state it allocates);
+- update peak MiB: a later update's peak above what it started with (activations, gradients);
 - tokens/s: of the measured updates, wall time (`tokens/cpu-s`: CPU time, which other jobs on a
   shared machine do not stretch).
 
@@ -132,7 +134,15 @@ def worker(args) -> None:
                       torch.where(mask.bool(), 0, -1))  # fmt: skip
     batch = replace(batch, old_logprobs_BT=learner.compute_logprobs(batch) * mask)
     before = held(device)
+    reset_peak(device)
     learner.update(batch)  # allocates the optimizer state
+    first_peak = peak(device) - before
+    state = sum(
+        t.numel() * t.element_size()
+        for s in learner.optimizer.state.values()
+        for t in s.values()
+        if torch.is_tensor(t)
+    )
     after_first = held(device)
     reset_peak(device)
     start, cpu = time.perf_counter(), time.process_time()
@@ -146,7 +156,8 @@ def worker(args) -> None:
         "params": sum(p.numel() for p in learner.model.parameters()),
         "trainable": learner.trainable_parameters,
         "weights_mib": before / 2**20,
-        "state_mib": (after_first - before) / 2**20,
+        "state_mib": state / 2**20,
+        "first_peak_mib": first_peak / 2**20,
         "peak_mib": (peak(device) - after_first) / 2**20,
         "tokens_per_s": args.tokens * args.repeats / wall,
         "tokens_per_cpu_s": args.tokens * args.repeats / cpu,
@@ -170,15 +181,16 @@ def run_arm(args, arm: str) -> dict:
 
 def table(rows: list[dict]) -> str:
     out = [
-        "| arm | trainable params | held after load MiB | optimizer state MiB | update peak MiB "
-        "| tokens/s | tokens/cpu-s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| arm | trainable params | held after load MiB | optimizer state MiB "
+        "| first update peak MiB | update peak MiB | tokens/s | tokens/cpu-s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         share = r["trainable"] / r["params"]
         out.append(
             f"| {r['arm']} | {r['trainable']:,} ({share:.2%}) | {r['weights_mib']:.0f} "
-            f"| {r['state_mib']:.0f} | {r['peak_mib']:.0f} | {r['tokens_per_s']:.0f} "
+            f"| {r['state_mib']:.1f} | {r['first_peak_mib']:.0f} | {r['peak_mib']:.0f} "
+            f"| {r['tokens_per_s']:.0f} "
             f"| {r['tokens_per_cpu_s']:.0f} |"
         )
     return "\n".join(out)
