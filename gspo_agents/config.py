@@ -37,11 +37,33 @@ class EnvConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters (PEFT) trained instead of the full weights; the base stays frozen."""
+
+    rank: int = 0  # 0: full fine-tuning; e.g. 8 or 16
+    alpha: float = 16.0  # the adapter's update is scaled by alpha / rank
+    # linear layers to adapt, by name (default: every linear map of the decoder blocks)
+    target_modules: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
+    dropout: float = 0.0
+
+
+@dataclass
 class ModelConfig:
     name: str = "tiny"  # tiny | tiny-agent | tiny-moe | hf
     path: str | None = None  # an HF directory; required when name=hf
     cache_dir: str = "~/.cache/gspo-agents/models"  # where tiny models are built once
     dtype: str = "float32"  # the learner's parameter dtype: float32 | bfloat16
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -328,6 +350,7 @@ def check_choices(cfg: Any) -> None:
             "algorithm.dynamic_sampling_rounds refills a step's groups with extra synchronous "
             "rollouts; it cannot be combined with trainer.async_rollouts=true"
         )
+    _check_lora(cfg.model.lora)
     if cfg.model.name == "hf" and not cfg.model.path:
         raise ConfigError(
             "model=hf needs model.path=/path/to/hf/dir (a local Hugging Face directory)"
@@ -350,6 +373,23 @@ def check_choices(cfg: Any) -> None:
         raise ConfigError(
             f"engine.update_mode={cfg.engine.update_mode} needs engine=sglang: the local engine "
             "runs in the trainer's process and takes the weights directly; drop the override"
+        )
+
+
+def _check_lora(lora: Any) -> None:
+    """The LoRA keys (here, not in gspo_agents.models: this check must not import torch)."""
+    if lora.rank < 0:
+        raise ConfigError(f"model.lora.rank must be >= 0 (0: full fine-tuning), got {lora.rank}")
+    if not lora.rank:
+        return
+    if not lora.alpha > 0:
+        raise ConfigError(f"model.lora.alpha must be > 0, got {lora.alpha}")
+    if not 0.0 <= lora.dropout < 1.0:
+        raise ConfigError(f"model.lora.dropout must be in [0, 1), got {lora.dropout}")
+    if not lora.target_modules:
+        raise ConfigError(
+            "model.lora.target_modules is empty; name the linear layers to adapt, e.g. "
+            "[q_proj,k_proj,v_proj,o_proj]"
         )
 
 

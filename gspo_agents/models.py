@@ -23,7 +23,7 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -87,14 +87,49 @@ class ModelConfigError(ValueError):
     """A model config names something that does not exist or cannot be built."""
 
 
+# every linear map of a Llama/Qwen decoder block (attention and MLP), as in the QLoRA recipe
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True, slots=True)
+class LoraConfig:
+    """Low-rank adapters (PEFT LoRA) on the named linear layers; rank 0: full fine-tuning."""
+
+    rank: int = 0
+    alpha: float = 16.0  # the update is scaled by alpha / rank
+    target_modules: tuple[str, ...] = LORA_TARGETS  # module names (their last path component)
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        if self.rank < 0:
+            raise ModelConfigError(f"model.lora.rank must be >= 0 (0: off), got {self.rank}")
+        if self.rank and not self.alpha > 0:
+            raise ModelConfigError(f"model.lora.alpha must be > 0, got {self.alpha}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ModelConfigError(f"model.lora.dropout must be in [0, 1), got {self.dropout}")
+        if self.rank and not self.target_modules:
+            raise ModelConfigError(
+                f"model.lora.target_modules is empty; name the linear layers to adapt, e.g. "
+                f"[{','.join(LORA_TARGETS)}]"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank > 0
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
     name: ModelName = "tiny"
     path: str | None = None  # required for name="hf": a local HF directory
     cache_dir: str = "~/.cache/gspo-agents/models"
     dtype: str = "float32"
+    lora: LoraConfig = field(default_factory=LoraConfig)  # the learner's; the model dir ignores it
 
     def __post_init__(self) -> None:
+        if isinstance(self.lora, dict):
+            object.__setattr__(self, "lora", LoraConfig(**self.lora))
         if self.name not in get_args(ModelName):
             raise ModelConfigError(
                 f"model.name={self.name!r} is not one of {list(get_args(ModelName))}; "

@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
     )
+    p.add_argument("--enable-lora", action="store_true", help="LoRA adapter endpoints (SGLang's)")
+    p.add_argument("--max-lora-rank", type=int, default=None, help="with --enable-lora")
+    p.add_argument("--lora-target-modules", nargs="+", default=[], help="with --enable-lora")
+    p.add_argument("--max-loaded-loras", type=int, default=None, help="with --enable-lora")
     p.add_argument("--log-level", default="warning")
     p.add_argument("--debug", action="store_true", help="full tracebacks for errors")
     return p.parse_args(argv)
@@ -81,7 +85,12 @@ async def serve(args: argparse.Namespace) -> None:
 
     from gspo_agents.rollout.local_engine import LocalEngine
     from gspo_agents.rollout.server import build_app
+    from gspo_agents.rollout.server_lora import LoraSettings
 
+    lora = LoraSettings(
+        args.enable_lora, args.max_lora_rank, tuple(args.lora_target_modules), args.max_loaded_loras
+    )
+    lora.check_launch()
     sock = bind_port(args.host, args.port)  # before the model loads: a busy port fails at once
     path = resolve_path(args)
     engine = LocalEngine(
@@ -105,6 +114,7 @@ async def serve(args: argparse.Namespace) -> None:
             deterministic=args.enable_deterministic_inference,
             health_check_timeout_s=args.health_check_timeout,
             fail_loads=args.fail_weight_loads,
+            lora=lora,
         ),
         log_level=args.log_level,
         timeout_keep_alive=5,  # SGLang's (uvicorn's) default; clients expire idle ones sooner

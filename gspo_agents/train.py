@@ -73,8 +73,16 @@ def build_learner(cfg: DictConfig, model_dir: str):
         kl_estimator=a.kl_estimator,
         entropy_coef=a.entropy_coef,
         ppo_epochs=t.ppo_epochs,
+        lora=lora_config(cfg),
     )
     return Learner(model_dir, learner_cfg)
+
+
+def lora_config(cfg: DictConfig):
+    from gspo_agents.models import LoraConfig
+
+    lora = cfg.model.lora
+    return LoraConfig(lora.rank, lora.alpha, tuple(lora.target_modules), lora.dropout)
 
 
 async def training_loop(

@@ -1,5 +1,6 @@
 """The run configuration: composition, validation messages, and the snapshot of its keys."""
 
+import re
 import subprocess
 import sys
 
@@ -32,6 +33,7 @@ def flat_keys(node, prefix=""):
 EXPECTED_KEYS = sorted(
     """env.name env.kwargs env.train_split env.test_split env.max_train_tasks
 model.name model.path model.cache_dir model.dtype
+model.lora.rank model.lora.alpha model.lora.target_modules model.lora.dropout
 engine.kind engine.urls engine.max_batch_size engine.dtype engine.connect_timeout_s engine.request_timeout_s engine.pause_mode engine.update_mode engine.update_bucket_mb
 sandbox.backend sandbox.max_concurrency sandbox.allow_unsafe_local sandbox.urls sandbox.docker_hosts
 algorithm.name algorithm.eps_low algorithm.eps_high algorithm.filter_zero_spread_groups
@@ -215,3 +217,18 @@ def test_engine_update_mode_is_checked_and_reaches_the_sglang_engine():
     assert engine._update_mode == "nccl" and engine._bucket_bytes == 64 * 2**20
     asyncio.run(engine.close())
     assert compose_run(*sglang).engine.update_mode == "disk"
+
+
+def test_lora_keys_are_checked_before_any_model_is_built():
+    from gspo_agents.config import ConfigError
+
+    for override, says in [
+        ("model.lora.rank=-1", "model.lora.rank must be >= 0"),
+        ("model.lora.dropout=1.5", "model.lora.dropout must be in [0, 1)"),
+        ("model.lora.alpha=0", "model.lora.alpha must be > 0"),
+        ("model.lora.target_modules=[]", "model.lora.target_modules is empty"),
+    ]:
+        extra = [] if override.startswith("model.lora.rank") else ["model.lora.rank=8"]
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            check_choices(compose_run(override, *extra))
+    check_choices(compose_run("model.lora.rank=8"))  # the defaults are valid

@@ -158,3 +158,53 @@ def test_tiny_moe_trains_under_fsdp2_and_logs_volatility(tmp_path):
         assert 0.0 < m["expert_volatility"] <= 1.0
         assert math.isfinite(m["loss"]) and m["skipped_steps"] == 0
     assert (out / "final" / "model.safetensors").is_file()
+
+
+def test_lora_under_fsdp2_trains_like_one_process_and_keeps_the_base_frozen(dense_dir, tmp_path):
+    # adapters of rank 4 on every linear map, with a KL penalty whose reference is the frozen
+    # base (the same modules with the adapters disabled): 2 ranks compute what 1 does
+    # (lr 1e-3: Adam turns the last bits in which 1 and 2 ranks' gradients differ into
+    # whole steps for elements whose gradient is near 0, as in full fine-tuning)
+    common = ["--model", dense_dir, "--steps", "2", "--lora-rank", "4", "--kl-coef", "0.1"]
+    _single_process(*common, "--out", str(tmp_path / "one"))
+    torchrun(SCRIPT, *common, "--out", str(tmp_path / "two"), nproc=2)
+    one, two = _metrics(tmp_path / "one"), _metrics(tmp_path / "two")
+    for a, b in zip(one, two, strict=True):
+        for key in ("loss", "grad_norm", "kl_ref", "clip_frac_tokens"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert one[-1]["kl_ref"] > 0  # the adapters moved the policy away from the base
+    w1, w2 = _final_weights(tmp_path / "one"), _final_weights(tmp_path / "two")
+    start = load_file(str(Path(dense_dir) / "model.safetensors"))
+    assert set(w1) == set(start)  # merged: the base model's own names, no adapter tensors
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], rtol=0, atol=1e-5, msg=k)
+        if "proj" in k:
+            continue
+        assert torch.equal(w1[k], start[k]), k  # norms and embeddings: frozen
+    assert max(float((w1[k] - start[k]).abs().max()) for k in w1 if "q_proj" in k) > 1e-4
+    adapter = tmp_path / "two" / "final" / "adapter"
+    assert (adapter / "adapter_config.json").is_file()
+    assert all(".lora_" in k for k in load_file(str(adapter / "adapter_model.safetensors")))
+
+
+def test_lora_sigkill_then_resume_under_fsdp2_is_exact(dense_dir, tmp_path):
+    common = ["--model", dense_dir, "--steps", "4", "--save-every", "2", "--lora-rank", "4"]
+    torchrun(SCRIPT, *common, "--out", str(tmp_path / "straight"), "--ckpt", str(tmp_path / "c1"))
+    ckpt = str(tmp_path / "ck")
+    killed = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="SIGKILL|Signal 9|exited"):
+        torchrun(SCRIPT, *common, "--out", str(killed), "--ckpt", ckpt, "--kill-after-step", "2")
+    # the checkpoint holds the adapters and their optimizer state, not the frozen base
+    from torch.distributed.checkpoint import FileSystemReader
+
+    keys = list(FileSystemReader(str(Path(ckpt) / "dcp")).read_metadata().state_dict_metadata)
+    model_keys = [k for k in keys if k.startswith("model.")]
+    assert model_keys and all(".lora_" in k for k in model_keys), model_keys
+    assert any(k.startswith("optim.state.") and ".lora_" in k for k in keys)
+    torchrun(SCRIPT, *common, "--out", str(killed), "--ckpt", ckpt, "--resume")
+    straight, resumed = _metrics(tmp_path / "straight"), _metrics(killed)
+    assert [m["step"] for m in resumed] == [0, 1, 2, 2, 3]
+    assert resumed[3:] == straight[2:]  # every metric, bit for bit
+    w1, w2 = _final_weights(tmp_path / "straight"), _final_weights(killed)
+    for k in w1:
+        assert torch.equal(w1[k], w2[k]), k

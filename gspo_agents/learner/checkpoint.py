@@ -34,6 +34,15 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from gspo_agents.learner.errors import CheckpointError
+from gspo_agents.learner.lora import (
+    ADAPTER_DIR,
+    adapter_tensors,
+    base_model,
+    is_lora,
+    merged_tensors,
+    scaling,
+    write_adapter,
+)
 from gspo_agents.learner.parallel import ProcessInfo, all_reduce_
 
 WEIGHT_SUFFIXES = (
@@ -72,7 +81,7 @@ def save(
             tmp.mkdir(parents=True)
 
     def write() -> None:
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = _state_dicts(model, optimizer)
         with _quiet_single_process(info):
             dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
         torch.save(_rng_state(), tmp / f"rng_rank{info.rank}.pt")
@@ -216,7 +225,7 @@ def _load_one(
         raise CheckpointError(
             f"checkpoint file {trainer_file} is unreadable ({type(exc).__name__}: {exc})"
         ) from exc
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = _state_dicts(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     try:
         with _quiet_single_process(info):
@@ -228,7 +237,11 @@ def _load_one(
             f"({type(exc).__name__}: {lines[-1].strip()[:300]})"
         ) from exc
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=_state_options(model),
     )
     rng_file = path / f"rng_rank{info.rank}.pt"
     if trainer_state.get("world_size") == info.world_size and rng_file.is_file():
@@ -237,6 +250,22 @@ def _load_one(
         except Exception as exc:  # noqa: BLE001
             raise CheckpointError(f"checkpoint file {rng_file} is unreadable: {exc}") from exc
     return trainer_state
+
+
+def _state_options(model: nn.Module) -> StateDictOptions:
+    """A LoRA model's checkpoint holds its trainable tensors only (the adapters): the frozen
+    base is the start model, read again from `model_path` at resume."""
+    if is_lora(model):
+        return StateDictOptions(ignore_frozen_params=True, strict=False)
+    return StateDictOptions()
+
+
+def _state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=_state_options(model))
+    if is_lora(model):  # a tied output layer is reported apart from its frozen embedding
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        model_sd = {k: v for k, v in model_sd.items() if k in trainable}
+    return model_sd, optim_sd
 
 
 def _rng_state() -> dict:
@@ -277,7 +306,11 @@ def export_hf(
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         _copy_non_weight_files(Path(source_dir), tmp)
-        shards = _shards(_export_tensors(state, model, dtype))
+        tensors = state
+        if is_lora(model):  # merged for any engine; the adapter alone beside it
+            write_adapter(tmp / ADAPTER_DIR, model, adapter_tensors(state), source_dir)
+            tensors = merged_tensors(state, scaling(model))
+        shards = _shards(_export_tensors(tensors, base_model(model), dtype))
         for name, shard in shards.items():
             save_file(shard, str(tmp / name), metadata={"format": "pt"})
         _write_shard_index(tmp, shards)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gspo_agents.models import LoraConfig
 from gspo_agents.objectives import KL_ESTIMATORS, LOSS_AGGS, get_objective
 from gspo_agents.offpolicy import OffPolicyConfig
 
@@ -54,6 +55,8 @@ class LearnerConfig:
     kl_estimator: str = "k3"
     entropy_coef: float = 0.0  # entropy bonus
     ppo_epochs: int = 1  # passes over each rollout batch
+    # LoRA adapters instead of full fine-tuning (rank 0: off); the frozen base is the KL reference
+    lora: LoraConfig = LoraConfig()
 
     @property
     def off_policy(self) -> OffPolicyConfig:

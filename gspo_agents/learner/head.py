@@ -144,6 +144,8 @@ def _logit_scale(config) -> float:
 
 def _unsupported(model: nn.Module) -> str | None:
     """Why the chunked head cannot reproduce this model's logits, or None when it can."""
+    if hasattr(model, "peft_config"):  # a LoRA wrapper passes the keyword on to its base
+        model = model.get_base_model()
     config = model.config.get_text_config()
     if getattr(config, "final_logit_softcapping", None):
         return f"{type(model).__name__} soft-caps its logits"

@@ -51,6 +51,7 @@ from gspo_agents.learner.config import LearnerConfig
 from gspo_agents.learner.errors import BatchError
 from gspo_agents.learner.forward import Rows
 from gspo_agents.learner.head import TokenHead
+from gspo_agents.learner.lora import apply_lora, reference_mode
 from gspo_agents.learner.moe import routes_for_microbatch
 from gspo_agents.learner.packing import pack, packing_unsupported
 from gspo_agents.learner.parallel import (
@@ -103,13 +104,15 @@ class Learner:
         self._bf16 = use_bf16(cfg.mixed_precision, self.device)
         self.model, self._export_dtype = load_model(self.model_path, self.device)
         self._routers = RouterRecorder(self.model)  # hooks before sharding: plain module paths
-        self._ref = (
-            load_reference(self.model_path, self.device, self._info.distributed, self._bf16)
-            if cfg.kl_coef > 0
-            else None
-        )
         if cfg.activation_checkpointing:
             enable_activation_checkpointing(self.model)
+        if cfg.lora.enabled:  # adapters on a frozen base; the base is also the KL reference
+            self.model = apply_lora(self.model, cfg.lora)
+        self._ref = (
+            load_reference(self.model_path, self.device, self._info.distributed, self._bf16)
+            if cfg.kl_coef > 0 and not cfg.lora.enabled
+            else None
+        )
         if self._info.distributed:
             shard_model(self.model, self._bf16)
         # single-process CUDA gets bf16 through autocast; under FSDP the MixedPrecisionPolicy does it
@@ -118,9 +121,10 @@ class Learner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self._objective = get_objective(cfg.algorithm)
         self._share_prefix = cfg.share_prompt_prefix and self._prefix_sharing_supported()
+        reference = self.model if cfg.lora.enabled else self._ref  # LoRA: adapters disabled
         self._ref_head = (  # the reference's log-probs by the same chunked path
-            TokenHead(self._ref, cfg.temperature, cfg.logprob_chunk_tokens)
-            if self._ref is not None
+            TokenHead(reference, cfg.temperature, cfg.logprob_chunk_tokens)
+            if cfg.kl_coef > 0
             else None
         )
         self._head = TokenHead(
@@ -206,10 +210,17 @@ class Learner:
         return all_reduce_(out_BT, self._info).cpu()
 
     def export_hf(self, out_dir: str) -> str:
-        """Write the full model as an HF directory (rank 0); all ranks call. Returns out_dir."""
+        """Write the full model as an HF directory (rank 0); all ranks call. Returns out_dir.
+        A LoRA model's directory holds the merged weights, and the adapter alone in its
+        `adapter/` subdirectory (PEFT format, for engines that load adapters)."""
         return checkpoint.export_hf(
             out_dir, self._info, self.model, self.model_path, self._export_dtype
         )
+
+    @property
+    def trainable_parameters(self) -> int:
+        """Parameters the optimizer updates (the adapters alone under LoRA)."""
+        return sum(p.numel() for g in self.optimizer.param_groups for p in g["params"])
 
     def save_checkpoint(self, ckpt_dir: str, extra_state: dict) -> None:
         """Model, optimizer, scheduler, step, RNG and the caller's extra_state; atomic."""
@@ -357,7 +368,8 @@ class Learner:
         """The frozen reference's log-probs [B, T] (padded rows; `kl_coef > 0` only)."""
         if self._ref_head is None:
             raise RuntimeError("reference_logprobs needs kl_coef > 0 (no reference loaded)")
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast):
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast)
+        with autocast, reference_mode(self.model):  # LoRA: the frozen base, adapters off
             stats = self._ref_head(
                 mb.input_ids_BT.to(self.device),
                 attention_mask=mb.attention_mask_BT.to(self.device),

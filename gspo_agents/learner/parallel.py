@@ -98,7 +98,10 @@ def use_bf16(mode: str, device: torch.device) -> bool:
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:
-    """The decoder layers of an HF causal LM (model.model.layers for the Llama/Qwen family)."""
+    """The decoder layers of an HF causal LM (model.model.layers for the Llama/Qwen family),
+    also inside a PEFT (LoRA) wrapper."""
+    if hasattr(model, "peft_config"):
+        model = model.get_base_model()
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
     layers = getattr(base, "layers", None)
     if layers is None:

@@ -52,6 +52,7 @@ from starlette.routing import Route
 
 from gspo_agents.rollout.engine import EngineError, EngineRequestError, Generation, SamplingParams
 from gspo_agents.rollout.local_engine import LocalEngine
+from gspo_agents.rollout.server_lora import LoraHandlers, LoraSettings
 from gspo_agents.rollout.server_updates import BadRequest, UpdateHandlers, error_response
 from gspo_agents.rollout.sglang_wire import encode_routed_experts
 
@@ -117,9 +118,11 @@ class LocalServer:
         deterministic: bool = False,
         health_check_timeout_s: float = 20.0,
         fail_loads: int = 0,
+        lora: LoraSettings | None = None,
     ) -> None:
         self.engine = engine
         self.updates = UpdateHandlers(engine, fail_loads=fail_loads)
+        self.lora = LoraHandlers(engine, lora or LoraSettings(), engine.model_path)
         self.tokenizer = tokenizer
         self.started_at = time.time()
         self.launch_version = engine.weight_version  # what /server_info reports, as SGLang does
@@ -136,6 +139,9 @@ class LocalServer:
         input_ids = body.get("input_ids")
         if input_ids is None:
             raise BadRequest("send input_ids (token ids); this server does not take text")
+        refused = self.lora.check_generate(body)
+        if refused is not None:
+            return refused
         sampling, ignore_eos = parse_sampling(body.get("sampling_params") or {})
         batched = bool(input_ids) and isinstance(input_ids[0], list)
         prompts = input_ids if batched else [input_ids]
@@ -247,6 +253,7 @@ class LocalServer:
                 "enable_return_routed_experts": bool(
                     getattr(self.engine, "returns_routed_experts", False)
                 ),
+                **self.lora.settings.info(),
                 "context_length": self.engine.context_length,
                 "max_running_requests": self.engine.max_batch_size,
                 "tp_size": 1,
@@ -346,6 +353,7 @@ def build_app(
     deterministic: bool = False,
     health_check_timeout_s: float = 20.0,
     fail_loads: int = 0,
+    lora: LoraSettings | None = None,
 ) -> Starlette:
     server = LocalServer(
         engine,
@@ -353,6 +361,7 @@ def build_app(
         deterministic=deterministic,
         health_check_timeout_s=health_check_timeout_s,
         fail_loads=fail_loads,
+        lora=lora,
     )
     updates = server.updates
     get, post = ["GET"], ["POST"]
@@ -378,6 +387,9 @@ def build_app(
             methods=post,
         ),
         Route("/flush_cache", _handle(updates.flush_cache), methods=get + post),
+        Route("/load_lora_adapter", _handle(server.lora.load), methods=post),
+        Route("/unload_lora_adapter", _handle(server.lora.unload), methods=post),
+        Route("/update_weight_version", _handle(server.lora.update_weight_version), methods=post),
     ]
     app = Starlette(routes=routes)
     app.state.server = server

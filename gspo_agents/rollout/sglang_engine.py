@@ -32,6 +32,9 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   update session per worker (sglang_update.py). A worker that fails leaves rotation and gets the
   update replayed later; the engine moves on with the rest (`last_update_dropped` names the
   ones dropped) and raises only when every worker failed.
+- A LoRA run's update goes as an adapter (/load_lora_adapter, then `lora_path` on every
+  /generate) where every worker runs with --enable-lora and a fitting pool, else as the merged
+  weights by disk or NCCL (sglang_lora.py).
 - NCCL updates pause generation first (`pause_mode`, default "abort"), broadcast, then continue:
   unpaused, SGLang would wait for in-flight generations to finish before it receives, while the
   learner is already broadcasting. A caller that paused already keeps its pause (the
@@ -66,6 +69,7 @@ from gspo_agents.rollout.engine import (
     check_pause_mode,
 )
 from gspo_agents.rollout.sglang_http import RETRYABLE, ControlClient, backoff_s
+from gspo_agents.rollout.sglang_lora import adapter_of, load_on_workers, why_not_adapter
 from gspo_agents.rollout.sglang_update import GroupUpdates
 from gspo_agents.rollout.sglang_wire import (
     ROUTING_KEY_HEADER,
@@ -154,6 +158,9 @@ class SGLangEngine(GroupUpdates):
         self._start_lock = asyncio.Lock()
         self._started = False
         self._groups: dict[str, Any] = {}
+        self._adapters: list[str] = []  # LoRA adapters loaded on the workers, oldest first
+        self._lora_name: str | None = None  # the one every /generate names (lora_path)
+        self._said_merged = False
 
     async def start(self) -> None:
         """Probe the URLs (router or workers) once; generate() calls this lazily."""
@@ -295,7 +302,7 @@ class SGLangEngine(GroupUpdates):
         try:
             resp = await self._http.client.post(
                 url + "/generate",
-                json=generate_body(input_ids, sampling, wire, routes_start),
+                json=generate_body(input_ids, sampling, wire, routes_start, self._lora_name),
                 headers={ROUTING_KEY_HEADER: key},
                 timeout=self._gen_timeout,
             )
@@ -375,6 +382,9 @@ class SGLangEngine(GroupUpdates):
         update replayed from `path` later; the engine moves to `version` unless every worker
         failed (then it raises). `last_update_dropped` names the failed workers."""
         await self._ensure_started()
+        adapter = adapter_of(path)
+        if adapter is not None and await self._update_adapter(adapter, version):
+            return
         if self._update_mode == "nccl":
             named = await asyncio.to_thread(read_hf_tensors, path)
             group_name = await self._ensure_group()
@@ -389,6 +399,30 @@ class SGLangEngine(GroupUpdates):
             )
             self._pool.set_weights(version, replayable=(path, version))
         self._report_dropped(version, failed)
+
+    async def _update_adapter(self, adapter, version: int) -> bool:
+        """A LoRA run's update as an adapter (sglang_lora.py), where every worker takes one;
+        False: they cannot, send the merged weights instead (said once)."""
+        why = why_not_adapter(adapter, [w.info for w in self._pool.workers])
+        if why is not None:
+            if not self._said_merged:
+                log.info("LoRA updates go to SGLang as merged weights: %s", why)
+                self._said_merged = True
+            return False
+        async with self._pool.updating():
+            urls = self._pool.urls
+            failed = await load_on_workers(
+                self._http, urls, adapter, version, self._adapters, self._update_s
+            )
+            if len(failed) == len(urls):
+                raise EngineError(
+                    "loading the LoRA adapter failed on every worker: " + "; ".join(failed.values())
+                )
+            self._pool.settle_update(failed)
+            self._pool.set_weights(version, replayable=None)
+        self._lora_name = self._adapters[-1]
+        self._report_dropped(version, failed)
+        return True
 
     def _report_dropped(self, version: int, failed: dict[str, str]) -> None:
         self.last_update_dropped = dict(failed)

@@ -179,11 +179,16 @@ def routes_enabled(server_info: dict[str, Any]) -> bool | None:
 
 
 def generate_body(
-    input_ids: list[int], sampling: SamplingParams, rid: str, routes_start: int | None = None
+    input_ids: list[int],
+    sampling: SamplingParams,
+    rid: str,
+    routes_start: int | None = None,
+    lora_name: str | None = None,
 ) -> dict[str, Any]:
     """POST /generate: token ids in, sampled ids and their log-probs (output only) out; with
     `routes_start`, the MoE routed experts of positions [routes_start, seqlen - 1) too
-    (GenerateReqInput.return_routed_experts / routed_experts_start_len, SGLang 0.5.23)."""
+    (GenerateReqInput.return_routed_experts / routed_experts_start_len, SGLang 0.5.23); with
+    `lora_name`, the loaded LoRA adapter to generate with."""
     body = {
         "input_ids": list(input_ids),
         "sampling_params": sampling_json(sampling),
@@ -194,6 +199,8 @@ def generate_body(
     }
     if routes_start is not None:
         body.update(return_routed_experts=True, routed_experts_start_len=routes_start)
+    if lora_name is not None:  # a loaded adapter's name (GenerateReqInput.lora_path)
+        body["lora_path"] = lora_name
     return body
 
 

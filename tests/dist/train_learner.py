@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny import synthetic_batch, with_old_logprobs  # noqa: E402
 
 from gspo_agents.learner import Learner, LearnerConfig  # noqa: E402
+from gspo_agents.models import LoraConfig  # noqa: E402
 
 TIMING_KEYS = ("update_time_s", "update_tokens_per_s")
 
@@ -51,6 +52,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--logprob-chunk-tokens", type=int, default=LearnerConfig().logprob_chunk_tokens)
     p.add_argument("--packing", default="auto", help="auto, on (any attention) or off")
+    p.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: off)")
     return p.parse_args()
 
 
@@ -74,6 +76,7 @@ def main() -> None:
         ppo_epochs=args.ppo_epochs,
         logprob_chunk_tokens=args.logprob_chunk_tokens,
         packing=args.packing,
+        lora=LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank),
     )
     learner = Learner(args.model, cfg)
     out = Path(args.out)
