@@ -54,7 +54,7 @@ class LoraConfig:
             "down_proj",
         ]
     )
-    dropout: float = 0.0
+    dropout: float = 0.0  # dropout on the adapter input while training (PEFT lora_dropout)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from test_advantages import multi_turn, turn_values
 from gspo_agents.batching import overlong_buffer_penalty, prepare_batch
 from gspo_agents.learner import Learner, LearnerConfig
 from gspo_agents.logprobs import token_entropy
+from gspo_agents.models import LoraConfig
 from gspo_agents.objectives import kl_penalty, policy_loss
 from gspo_agents.offpolicy import OffPolicyConfig, behaviour_weights
 
@@ -337,6 +338,10 @@ def test_train_builds_the_learner_with_every_option_of_the_config(moe_dir):
         "trainer.seed=5",
         "rollout.temperature=0.7",
         "rollout.max_context_tokens=96",
+        "model.lora.rank=4",
+        "model.lora.alpha=8",
+        "model.lora.target_modules=[q_proj,v_proj]",
+        "model.lora.dropout=0.1",
     )
     learner = train.build_learner(cfg, moe_dir)
     got = learner.cfg
@@ -370,6 +375,7 @@ def test_train_builds_the_learner_with_every_option_of_the_config(moe_dir):
         kl_estimator="k2",
         entropy_coef=0.01,
         ppo_epochs=2,
+        lora=LoraConfig(rank=4, alpha=8.0, target_modules=("q_proj", "v_proj"), dropout=0.1),
     )
     assert got == want
     # every field train.py sets differs from the learner's default, so a dropped one shows
