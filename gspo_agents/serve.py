@@ -39,7 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--weight-version", type=int, default=0)
+    p.add_argument(
+        "--weight-version",
+        default="default",
+        help='the launch weight version: "default" as SGLang 0.5.23 boots (server_args), or an '
+        "integer",
+    )
     p.add_argument(
         "--enable-deterministic-inference",
         action="store_true",
@@ -75,6 +80,19 @@ def resolve_path(args: argparse.Namespace) -> str:
     return resolve_model(ModelConfig(name=args.model, dtype=args.dtype))
 
 
+def boot_version(raw: str) -> int:
+    """The engine's integer version of a launch `--weight-version`: "default" is BOOT_VERSION,
+    which the server writes back as "default"."""
+    from gspo_agents.rollout.server import BOOT_VERSION
+
+    if raw == "default":
+        return BOOT_VERSION
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f'--weight-version={raw!r}: give "default" or an integer') from None
+
+
 async def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -87,7 +105,7 @@ async def serve(args: argparse.Namespace) -> None:
         dtype=args.dtype,
         max_batch_size=args.max_batch_size,
         seed=args.seed,
-        weight_version=args.weight_version,
+        weight_version=boot_version(args.weight_version),
         num_threads=args.num_threads or None,
         return_routed_experts=args.enable_return_routed_experts,
     )

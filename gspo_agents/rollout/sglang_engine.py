@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ from gspo_agents.rollout.sglang_wire import (
     generate_body,
     json_body,
     parse_generation,
+    parse_version,
     pause_body,
     routes_enabled,
     sampling_json,
@@ -87,6 +89,28 @@ from gspo_agents.rollout.weight_group import (
 )
 
 log = logging.getLogger(__name__)
+
+
+# The weight version of a worker's boot weights once they are known not to be the learner's
+# starting weights: no learner version, so a worker reporting them is always out of sync.
+BOOT_WEIGHTS = -1
+
+
+def _same_path(reported: Any, path: str) -> bool:
+    if not isinstance(reported, str):
+        return False
+    return reported.rstrip("/") == path.rstrip("/") or os.path.realpath(reported) == (
+        os.path.realpath(path)
+    )
+
+
+def _numeric(model: dict[str, Any]) -> bool:
+    """Whether a worker's weight_version names an update (SGLang boots at "default")."""
+    return parse_version(model.get("weight_version"), BOOT_WEIGHTS) != BOOT_WEIGHTS
+
+
+class StartWeightsMismatch(EngineRequestError):
+    """The workers do not run the learner's starting weights, and could not be given them."""
 
 
 @dataclass(slots=True)
@@ -316,7 +340,9 @@ class SGLangEngine(GroupUpdates):
         raw = meta.get("weight_version") if isinstance(meta, dict) else None
         routes = None if routes_start is None else (len(input_ids), routes_start)
         version = self._pool.reported_version(raw)
-        return parse_generation(body, version, sampling.max_new_tokens, routes)
+        return parse_generation(
+            body, version, sampling.max_new_tokens, routes, boot_version=self._pool.start_version
+        )
 
     async def abort(self, request_id: str | None = None) -> None:
         await self._ensure_started()
@@ -367,6 +393,45 @@ class SGLangEngine(GroupUpdates):
                 "will not repeat; relaunch them with --enable-deterministic-inference",
                 ", ".join(plain),
             )
+
+    async def sync_start_weights(self, path: str, version: int) -> bool:
+        """Before the first step: make every worker run the learner's starting weights (the HF
+        directory `path`, the learner's `version`). A worker is trusted to run them only when
+        it reports its boot weights (a non-numeric weight_version, SGLang's "default") of
+        exactly `path` (/model_info model_path) and the learner starts at version 0; otherwise
+        they are pushed (update_mode disk or nccl), and a worker's boot weights count as no
+        learner version from then on. Returns whether they were pushed. Raises
+        StartWeightsMismatch naming both sides when no worker could take them."""
+        await self._ensure_started()
+        reports = await self._pool.model_reports()
+        differ = {
+            url: (str(m.get("model_path")), str(m.get("weight_version")))
+            for url, m in reports.items()
+            if version != 0 or not _same_path(m.get("model_path"), path) or _numeric(m)
+        }
+        if not differ:
+            self._pool.start_version = version
+            return False
+        self._pool.start_version = BOOT_WEIGHTS
+        try:
+            await self.update_weights(path, version)
+        except EngineError as exc:
+            url, (model, raw) = next(iter(differ.items()))
+            raise StartWeightsMismatch(
+                f"SGLang worker {url} runs {model} (weight version {raw!r}) but the learner "
+                f"starts from {path} (version {version}), and pushing it failed: {exc}. Launch "
+                f"the workers with --model-path {path}, or make {path} readable by them "
+                "(engine.update_mode=nccl sends the weights over the network instead)"
+            ) from exc
+        log.warning(
+            "SGLang worker(s) %s did not run the learner's starting weights %s (they reported "
+            "%s): pushed them as version %d before step 1",
+            ", ".join(differ),
+            path,
+            "; ".join(f"{m} at version {v!r}" for m, v in differ.values()),
+            version,
+        )
+        return True
 
     async def update_weights(self, path: str, version: int) -> None:
         """Every worker takes the HF safetensors in `path`: it loads them itself (update_mode
@@ -448,6 +513,7 @@ class SGLangEngine(GroupUpdates):
 
 __all__ = [
     "SGLangEngine",
+    "StartWeightsMismatch",
     "init_weights_group",
     "parse_generation",
     "rank_workers",

@@ -125,6 +125,11 @@ class WorkerPool:
             if model is None:
                 self._take_out(worker, "unreachable at start")
 
+    async def model_reports(self) -> dict[str, dict[str, Any]]:
+        """{url: /model_info} of every worker that answers now."""
+        models = await asyncio.gather(*(self._get_info(w, "model") for w in self.workers))
+        return {w.url: m for w, m in zip(self.workers, models, strict=True) if m is not None}
+
     async def _router_workers(self, url: str) -> list[str]:
         for path in ("/list_workers", "/workers"):
             resp = await self._http.probe(url, path)
