@@ -68,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fault injection: the next N weight loads fail (HTTP 400), as a bad checkpoint would",
     )
     p.add_argument(
+        "--die-after-buckets",
+        type=int,
+        default=0,
+        help="fault injection: the process exits (as if killed) once it received N "
+        "/update_weights_from_distributed buckets, before answering the Nth",
+    )
+    p.add_argument(
         "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
     )
     p.add_argument("--log-level", default="warning")
@@ -124,6 +131,7 @@ async def serve(args: argparse.Namespace) -> None:
             deterministic=args.enable_deterministic_inference,
             health_check_timeout_s=args.health_check_timeout,
             fail_loads=args.fail_weight_loads,
+            die_after_buckets=args.die_after_buckets,
         ),
         log_level=args.log_level,
         timeout_keep_alive=5,  # SGLang's (uvicorn's) default; clients expire idle ones sooner

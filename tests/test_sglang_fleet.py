@@ -17,15 +17,28 @@ import base64
 
 import pytest
 import torch
-from engine_helpers import assert_learner_logprobs, launch_tiny, model_version, wait_steps
+from engine_helpers import (
+    SERVER_ARGS,
+    assert_learner_logprobs,
+    free_port,
+    launch_tiny,
+    model_version,
+    server_info,
+    wait_steps,
+)
 from test_manager_support import perturbed_weights
 
 from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import SamplingParams
 from gspo_agents.rollout.sglang_engine import SGLangEngine, StartWeightsMismatch
 from gspo_agents.rollout.sglang_wire import parse_generation
+from gspo_agents.rollout.sglang_workers import rank_workers
+from gspo_agents.rollout.weight_group import bucket_by_bytes, read_hf_tensors
+from gspo_agents.serve import launch
 
 pytest_plugins = ["engine_fixtures"]
+
+BUCKET_MB = 1.0  # the tiny model is ~3.6 MB: several buckets per update
 
 
 def _answer(spans: list[dict], n: int, **meta) -> dict:
@@ -100,3 +113,64 @@ async def test_a_base_model_worker_gets_the_learners_starting_weights(tiny_path,
                 await engine.sync_start_weights("/nonexistent/sft", 0)
         finally:
             await engine.close()
+
+
+async def test_a_worker_killed_after_the_first_bucket_leaves_the_update_to_the_survivor(
+    tiny_path, tmp_path
+):
+    """Two workers, NCCL mode over gloo; one process exits after it received bucket 1 of an
+    update. The update completes on the survivor (the whole update sent again over a group of
+    the survivor alone, the old group destroyed on both sides), the next update forms its
+    group without the dead worker, and the restarted worker serves only after a full update."""
+    v1 = perturbed_weights(tiny_path, tmp_path / "v1", 0.2, seed=1)
+    v2 = perturbed_weights(tiny_path, tmp_path / "v2", 0.2, seed=2)
+    n_tensors = len(read_hf_tensors(v1))
+    first_bucket = len(bucket_by_bytes(read_hf_tensors(v1), int(BUCKET_MB * 2**20))[0])
+    survivor = launch_tiny(tiny_path)
+    port = free_port()
+    doomed = launch(
+        model_path=tiny_path, port=port, extra_args=[*SERVER_ARGS, "--die-after-buckets", "1"]
+    )
+    engine = SGLangEngine(
+        [survivor.url, doomed.url],
+        update_mode="nccl",
+        update_bucket_mb=BUCKET_MB,
+        down_cooldown_s=0,
+    )
+    restarted = None
+    try:
+        await engine.update_weights(v1, 1)
+        assert engine.weight_version == 1 and list(engine.last_update_dropped) == [doomed.url]
+        assert doomed.process.wait(timeout=60) == 1
+        info = (await server_info(survivor.url))["stats"]
+        assert info["tensors_received"] == first_bucket + n_tensors  # all of it again
+        assert info["groups_destroyed"] == 1 and len(info["weight_groups"]) == 1
+        assert await model_version(survivor.url) == "1"
+        reference = load_model(v1)
+        for i in range(6):
+            gen = await engine.generate([1, 5, i + 2], SamplingParams(max_new_tokens=4), f"k{i}")
+            assert gen.weight_version == 1
+            assert_learner_logprobs(reference, [1, 5, i + 2], gen)
+        groups = info["weight_groups"]
+        await engine.update_weights(v2, 2)  # the survivor's group again: no wait for the dead
+        info = (await server_info(survivor.url))["stats"]
+        assert info["groups_destroyed"] == 1 and info["weight_groups"] == groups
+        assert info["tensors_received"] == first_bucket + 2 * n_tensors
+        restarted = launch_tiny(tiny_path, port)
+        assert await model_version(restarted.url) == "default"
+        assert await engine.worker_health() == {survivor.url: True, restarted.url: True}
+        assert await model_version(restarted.url) == "2"  # a full reload before it serves
+        key = next(
+            k
+            for k in map(str, range(100))
+            if rank_workers(k, engine.worker_urls)[0] == restarted.url
+        )
+        gen = await engine.generate([1, 5, 6], SamplingParams(max_new_tokens=6), "r", route_key=key)
+        assert gen.weight_version == 2
+        assert_learner_logprobs(load_model(v2), [1, 5, 6], gen)
+        assert (await server_info(restarted.url))["stats"]["requests"] == 1
+    finally:
+        await engine.close()
+        for server in (survivor, doomed, restarted):
+            if server is not None:
+                server.stop()

@@ -126,9 +126,12 @@ class LocalServer:
         deterministic: bool = False,
         health_check_timeout_s: float = 20.0,
         fail_loads: int = 0,
+        die_after_buckets: int = 0,
     ) -> None:
         self.engine = engine
-        self.updates = UpdateHandlers(engine, fail_loads=fail_loads)
+        self.updates = UpdateHandlers(
+            engine, fail_loads=fail_loads, die_after_buckets=die_after_buckets
+        )
         self.tokenizer = tokenizer
         self.started_at = time.time()
         self.launch_version = engine.weight_version  # what /server_info reports, as SGLang does
@@ -269,6 +272,7 @@ class LocalServer:
                     "routing_keys": dict(self.routing_keys),
                     "probes": dict(self.probes),
                     **self.updates.stats,
+                    "weight_groups": sorted(self.updates.groups),
                 },
             }
         )
@@ -355,6 +359,7 @@ def build_app(
     deterministic: bool = False,
     health_check_timeout_s: float = 20.0,
     fail_loads: int = 0,
+    die_after_buckets: int = 0,
 ) -> Starlette:
     server = LocalServer(
         engine,
@@ -362,6 +367,7 @@ def build_app(
         deterministic=deterministic,
         health_check_timeout_s=health_check_timeout_s,
         fail_loads=fail_loads,
+        die_after_buckets=die_after_buckets,
     )
     updates = server.updates
     get, post = ["GET"], ["POST"]
@@ -379,6 +385,7 @@ def build_app(
         Route("/continue_generation", _handle(server.resume), methods=post),
         Route("/update_weights_from_disk", _handle(updates.update_from_disk), methods=post),
         Route("/init_weights_update_group", _handle(updates.init_group), methods=post),
+        Route("/destroy_weights_update_group", _handle(updates.destroy_group), methods=post),
         Route("/begin_weight_update", _handle(updates.begin), methods=post),
         Route("/end_weight_update", _handle(updates.end), methods=post),
         Route(

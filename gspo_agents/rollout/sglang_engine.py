@@ -83,7 +83,6 @@ from gspo_agents.rollout.sglang_wire import (
 )
 from gspo_agents.rollout.sglang_workers import WorkerPool, rank_workers, route_key_of
 from gspo_agents.rollout.weight_group import (
-    destroy_group,
     init_weights_group,
     read_hf_tensors,
 )
@@ -178,6 +177,7 @@ class SGLangEngine(GroupUpdates):
         self._start_lock = asyncio.Lock()
         self._started = False
         self._groups: dict[str, Any] = {}
+        self._group_members: dict[str, list[str]] = {}
 
     async def start(self) -> None:
         """Probe the URLs (router or workers) once; generate() calls this lazily."""
@@ -296,6 +296,11 @@ class SGLangEngine(GroupUpdates):
                 continue
             if not self._pool.stale_answer(url, gen.weight_version, epoch):
                 return gen
+            if self._pool.router is not None:
+                # A worker the router sends to is out of sync: one it added since we last
+                # looked, or one that restarted. Bring them in sync, then ask again.
+                await self._pool.follow_router()
+                await self._pool.health()
             discarded += 1
             failures.append(f"{url}: answered at weight version {gen.weight_version}, discarded")
             if discarded > len(self._pool.workers):
@@ -440,12 +445,10 @@ class SGLangEngine(GroupUpdates):
         update replayed from `path` later; the engine moves to `version` unless every worker
         failed (then it raises). `last_update_dropped` names the failed workers."""
         await self._ensure_started()
+        await self._pool.follow_router()
         if self._update_mode == "nccl":
             named = await asyncio.to_thread(read_hf_tensors, path)
-            group_name = await self._ensure_group()
-            await self.update_weights_from_distributed(
-                named, version, group_name=group_name, replay_path=path
-            )
+            await self._update_live_workers(named, version, replay_path=path)
             return
         body = disk_update_body(path, version, flush_allowed(self._pool.pause_mode))
         async with self._pool.updating():
@@ -494,10 +497,9 @@ class SGLangEngine(GroupUpdates):
         return await self._pool.health()
 
     async def close(self) -> None:
+        for name in list(self._groups):
+            await self._drop_group(name)
         await self._http.aclose()
-        for group in self._groups.values():
-            destroy_group(group)
-        self._groups.clear()
 
     async def _abort_quietly(self, url: str, wire_rid: str) -> None:
         connect_s = self._http.connect_s
