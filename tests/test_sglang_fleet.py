@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -27,6 +30,7 @@ from engine_helpers import (
     wait_steps,
 )
 from test_manager_support import perturbed_weights
+from tiny_run import TINY_RUN
 
 from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import SamplingParams
@@ -174,3 +178,34 @@ async def test_a_worker_killed_after_the_first_bucket_leaves_the_update_to_the_s
         for server in (survivor, doomed, restarted):
             if server is not None:
                 server.stop()
+
+
+@pytest.mark.slow
+async def test_the_readme_sglang_command_on_a_fresh_base_model_worker_trains_as_local(tmp_path):
+    """A new user's path (issue 31): `python -m gspo_agents.serve --model tiny`, then the
+    README's engine=sglang command on a cold-started env. The learner starts from the SFT
+    directory, the worker from the base model: the worker is given the SFT weights before
+    step 1, which then matches engine=local (same seeds, same engine code) to the digit."""
+
+    def train(run_dir, *extra: str) -> dict:
+        cmd = [sys.executable, "-m", "gspo_agents.train", f"trainer.run_dir={run_dir}"]
+        proc = subprocess.run(
+            [*cmd, *TINY_RUN, "trainer.steps=1", *extra],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return {**json.loads(rows[0]), "stderr": proc.stderr}
+
+    local = await asyncio.to_thread(train, tmp_path / "local")
+    with launch(model="tiny", extra_args=SERVER_ARGS) as server:
+        remote = await asyncio.to_thread(
+            train, tmp_path / "sglang", "engine=sglang", f"engine.urls=[{server.url}]"
+        )
+        assert await model_version(server.url) == "1"
+    assert "pushed them as version 0 before step 1" in remote["stderr"]
+    assert remote["trained_nothing"] == 0.0
+    for key in ("reward_mean", "loss", "rollout/weight_version"):
+        assert remote[key] == pytest.approx(local[key], rel=1e-5, abs=1e-7), key
