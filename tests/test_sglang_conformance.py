@@ -51,6 +51,7 @@ EXPECTED = {
     "/update_weights_from_distributed",
     "/begin_weight_update",
     "/end_weight_update",
+    "/destroy_weights_update_group",  # at close (issue 31)
 }
 
 

@@ -24,14 +24,18 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   an optional whole-request deadline `request_timeout_s` (EngineTimeout, after a server-side
   abort), keep-alive expiry under SGLang's 5 s. Control calls have a read timeout.
 - Control calls (pause, continue, abort-all, weight updates, flush) go to every worker: a router
-  does not fan them out. With a router URL the worker list comes from the router (/list_workers)
-  or `worker_urls=`.
+  does not fan them out. With a router URL the worker list comes from the router (/list_workers,
+  /workers), re-read before every update and when an answer comes at another version (a worker
+  it added is brought to the current version first), or from `worker_urls=`.
+- Starting weights: `sync_start_weights` (before step 1) pushes the learner's starting weights
+  to workers that report others; "default" (SGLang's boot version) is then no learner version.
 - Cancellation: a cancelled generate() aborts its rid server-side (shielded) before re-raising.
 - Weight updates (`update_mode`): "disk" posts /update_weights_from_disk to every worker;
   "nccl" broadcasts the same HF directory's tensors over a process group, in buckets inside one
   update session per worker (sglang_update.py). A worker that fails leaves rotation and gets the
   update replayed later; the engine moves on with the rest (`last_update_dropped` names the
-  ones dropped) and raises only when every worker failed.
+  ones dropped) and raises only when every worker failed. In "nccl" mode a worker that dies
+  mid-update leaves and the whole update is sent again to the rest over a new group.
 - NCCL updates pause generation first (`pause_mode`, default "abort"), broadcast, then continue:
   unpaused, SGLang would wait for in-flight generations to finish before it receives, while the
   learner is already broadcasting. A caller that paused already keeps its pause (the

@@ -11,7 +11,10 @@ Errors: a worker that refuses the session fails the update before anything is se
 that answers failure while the broadcast waits for it has not taken its part, so the send
 would block until the group's timeout: the update fails at once with that worker's own message
 and the group is dropped (the next update forms a new one). A worker that took the broadcast
-but failed to load is that worker's failure: the caller takes it out of rotation.
+but failed to load is that worker's failure: the caller takes it out of rotation. A worker whose call
+fails and that no longer answers at all died: BrokenGroup names it, and GroupUpdates sends the
+whole update again to the others over a new group of the workers that answer (the old one
+destroyed on both sides), raising only when none is left.
 
 GroupUpdates is the part of SGLangEngine that forms the group and runs these updates (pausing
 around them); the group itself is weight_group.py.
@@ -362,9 +365,12 @@ class GroupUpdates:
                 failed = await session.run(buckets, version, flush)
             except BrokenGroup as exc:
                 await self._drop_group(group_name)
-                if not exc.dead:
+                # The send may fail before the dead worker's own call does: ask them all.
+                answering = await self._pool.model_reports()
+                dead = exc.dead or [w.url for w in members if w.url not in answering]
+                if not dead:
                     raise
-                for url in exc.dead:
+                for url in dead:
                     lost[url] = f"died during the weight update to version {version}"
                     self._pool.mark_down(url, lost[url])
                 continue  # the whole update again, to the survivors
