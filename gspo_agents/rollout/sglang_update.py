@@ -412,7 +412,7 @@ class GroupUpdates:
                 try:
                     failed = await session.run(buckets, version, flush)
                 except BrokenGroup:
-                    destroy_group(self._groups.pop(group_name))
+                    await self._drop_group(group_name)
                     raise
                 self._pool.settle_update(failed)
                 replay = None if replay_path is None else (replay_path, version)
