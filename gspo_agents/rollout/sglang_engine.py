@@ -296,6 +296,7 @@ class SGLangEngine(GroupUpdates):
             except EngineError as exc:
                 failures.append(str(exc))
                 self._pool.mark_down(url, str(exc))
+                await self._pool.follow_router()  # the router's members may have changed
                 attempt += 1
                 continue
             if not self._pool.stale_answer(url, gen.weight_version, epoch):
