@@ -39,7 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--weight-version", type=int, default=0)
+    p.add_argument(
+        "--weight-version",
+        default="default",
+        help='the launch weight version: "default" as SGLang 0.5.23 boots (server_args), or an '
+        "integer",
+    )
     p.add_argument(
         "--enable-deterministic-inference",
         action="store_true",
@@ -63,6 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fault injection: the next N weight loads fail (HTTP 400), as a bad checkpoint would",
     )
     p.add_argument(
+        "--die-after-buckets",
+        type=int,
+        default=0,
+        help="fault injection: the process exits (as if killed) once it received N "
+        "/update_weights_from_distributed buckets, before answering the Nth",
+    )
+    p.add_argument(
         "--num-threads", type=int, default=1, help="torch threads of the engine (0: torch default)"
     )
     p.add_argument("--enable-lora", action="store_true", help="LoRA adapter endpoints (SGLang's)")
@@ -78,6 +90,19 @@ def resolve_path(args: argparse.Namespace) -> str:
     if args.model_path:
         return resolve_model(ModelConfig(name="hf", path=args.model_path, dtype=args.dtype))
     return resolve_model(ModelConfig(name=args.model, dtype=args.dtype))
+
+
+def boot_version(raw: str) -> int:
+    """The engine's integer version of a launch `--weight-version`: "default" is BOOT_VERSION,
+    which the server writes back as "default"."""
+    from gspo_agents.rollout.server import BOOT_VERSION
+
+    if raw == "default":
+        return BOOT_VERSION
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f'--weight-version={raw!r}: give "default" or an integer') from None
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -98,7 +123,7 @@ async def serve(args: argparse.Namespace) -> None:
         dtype=args.dtype,
         max_batch_size=args.max_batch_size,
         seed=args.seed,
-        weight_version=args.weight_version,
+        weight_version=boot_version(args.weight_version),
         num_threads=args.num_threads or None,
         return_routed_experts=args.enable_return_routed_experts,
     )
@@ -115,6 +140,7 @@ async def serve(args: argparse.Namespace) -> None:
             health_check_timeout_s=args.health_check_timeout,
             fail_loads=args.fail_weight_loads,
             lora=lora,
+            die_after_buckets=args.die_after_buckets,
         ),
         log_level=args.log_level,
         timeout_keep_alive=5,  # SGLang's (uvicorn's) default; clients expire idle ones sooner

@@ -27,7 +27,13 @@ from gspo_agents.components import (
     check_engine_answers,
     resolve_start_model,
 )
-from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.config import (
+    CONFIG_DIR,
+    ConfigError,
+    check_choices,
+    check_overrides,
+    register_schemas,
+)
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
 from gspo_agents.tracking import RunTracker
@@ -236,6 +242,7 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
     from gspo_agents.learner_group import LearnerGroup, follow
     from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+    from gspo_agents.rollout.sglang_engine import StartWeightsMismatch
 
     t = cfg.trainer
     random.seed(t.seed)
@@ -278,9 +285,15 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
 
     async def main_async():
         try:
+            # The engine runs what the learner starts from, before step 1: an SGLang worker
+            # launched on other weights (the base model of a cold-started run) is given them.
+            weights = model_dir
             if start_step:
                 weights = learner.export_hf(str(run_dir / "weights" / f"step{start_step}"))
-                await manager.update_weights(weights, version=start_step)
+            try:
+                await manager.sync_start_weights(weights, start_step)
+            except StartWeightsMismatch as exc:
+                raise ConfigError(f"{exc} (engine.urls={list(cfg.engine.urls)})") from None
             return await training_loop(
                 cfg, learner, manager, tasks, tracker, run_dir, start_step, held_out
             )

@@ -87,6 +87,7 @@ def check(path: str, body, io_struct, sampling_cls, vocab_size: int) -> None:
         "/update_weights_from_distributed": io_struct.UpdateWeightsFromDistributedReqInput,
         "/begin_weight_update": io_struct.BeginWeightUpdateReqInput,
         "/end_weight_update": io_struct.EndWeightUpdateReqInput,
+        "/destroy_weights_update_group": io_struct.DestroyWeightsUpdateGroupReqInput,
     }
     if path == "/flush_cache":  # SGLang takes no body there (only a `timeout` query parameter)
         if body:

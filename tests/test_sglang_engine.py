@@ -264,7 +264,9 @@ async def test_two_workers_sticky_routing_fan_out_and_failover(server, tiny_path
         # It misses update 5. Passing a health check brings it back, with 5 replayed first.
         await eng.update_weights(tiny_path, 5)
         second = launch_tiny(tiny_path, port)
-        assert await model_version(second.url) == "0"
+        assert (
+            await model_version(second.url) == "default"
+        )  # its boot weights, as SGLang 0.5.23 boots
         assert await eng.worker_health() == {server.url: True, second.url: True}
         assert await model_version(second.url) == "5"
         assert await served_by_second(mine[0])  # back in rotation, sticky again

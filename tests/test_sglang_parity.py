@@ -45,7 +45,7 @@ async def test_current_weight_version_is_read_from_model_info(engine, server, ti
     health check after an update reload the weights (and one worker fail outright)."""
     await engine.update_weights(tiny_path, 3)
     try:
-        assert (await server_info(server.url))["weight_version"] == "0"  # launch argument
+        assert (await server_info(server.url))["weight_version"] == "default"  # launch argument
         assert await model_version(server.url) == "3"
         updates = (await server_info(server.url))["stats"]["weight_updates"]
         assert await engine.worker_health() == {server.url: True}

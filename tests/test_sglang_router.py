@@ -26,6 +26,7 @@ from engine_helpers import (
     server_info,
     wait_steps,
 )
+from test_manager_support import perturbed_weights
 
 from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import SamplingParams
@@ -206,3 +207,50 @@ async def test_the_router_keeps_paused_workers_through_a_long_pause(router, work
 
 
 PROBES = ("/health", "/health_generate", "/model_info", "/get_model_info")
+
+
+async def test_a_worker_added_to_the_router_serves_only_at_the_current_version(
+    router, workers, tiny_path, tmp_path
+):
+    """The router's members change mid-run (issue 31): a worker added through the router's
+    /workers API gets the current weights before any answer of it is used, and a worker the
+    router dropped gets no more control calls."""
+    v7 = perturbed_weights(tiny_path, tmp_path / "v7", 0.2, seed=7)
+    eng = SGLangEngine([router])
+    extra = launch(model_path=tiny_path, extra_args=WORKER_ARGS)
+    async with httpx.AsyncClient(timeout=30) as client:
+        try:
+            await eng.update_weights(v7, 7)
+            await client.post(router + "/workers", json={"url": extra.url})
+            await wait_listed(client, router, extra.url)
+            reference = load_model(v7)
+            for i in range(16):  # the manual policy spreads keys: some reach the new worker
+                gen = await eng.generate(
+                    [1, 9, i + 2], SamplingParams(max_new_tokens=3), f"n{i}", route_key=f"add{i}"
+                )
+                assert gen.weight_version == 7
+                assert_learner_logprobs(reference, [1, 9, i + 2], gen)
+            assert extra.url in eng.worker_urls and await model_version(extra.url) == "7"
+            assert (await server_info(extra.url))["stats"]["requests"] > 0
+            listed = (await client.get(router + "/workers")).json()["workers"]
+            worker_id = next(w["id"] for w in listed if w["url"] == extra.url)
+            assert (await client.delete(f"{router}/workers/{worker_id}")).status_code < 300
+            await wait_listed(client, router, extra.url, present=False)
+            updates = (await server_info(extra.url))["stats"]["weight_updates"]
+            await eng.update_weights(tiny_path, 8)
+            assert extra.url not in eng.worker_urls
+            assert (await server_info(extra.url))["stats"]["weight_updates"] == updates
+            assert [await model_version(w.url) for w in workers] == ["8", "8"]
+        finally:
+            await eng.update_weights(tiny_path, 9)
+            await eng.close()
+            extra.stop()
+
+
+async def wait_listed(client, router: str, url: str, present: bool = True) -> None:
+    for _ in range(600):
+        listed = (await client.get(router + "/workers")).json()["workers"]
+        if any(w["url"] == url and w.get("is_healthy") for w in listed) == present:
+            return
+        await asyncio.sleep(0.1)
+    pytest.fail(f"the router never {'listed' if present else 'dropped'} {url}")

@@ -93,7 +93,12 @@ async def test_three_bucketed_nccl_updates_keep_a_paused_generation_with_per_tok
     # Resumed, not restarted: one request, its tokens under 0 then 1, 2, 3 in order.
     assert gen.token_versions is not None and gen.weight_version == 3
     assert versions[0] == 0 and versions == sorted(versions) and set(versions) == {0, 1, 2, 3}
-    assert [s["version"] for s in answer["meta_info"]["weight_versions"]] == ["0", "1", "2", "3"]
+    assert [s["version"] for s in answer["meta_info"]["weight_versions"]] == [
+        "default",
+        "1",
+        "2",
+        "3",
+    ]
     assert stats(info)["sessions"] == 3  # one session per update, each closed
     assert stats(info)["distributed_calls"] == 3 * n_buckets
     assert stats(info)["tensors_received"] == 3 * len(tensors)

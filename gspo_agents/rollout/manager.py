@@ -126,6 +126,19 @@ class RolloutManager:
         """G trajectories per task, grouped by task, filtered for staleness now."""
         return self._finish(await self._collect_raw(tasks))
 
+    async def sync_start_weights(self, path: str, version: int) -> None:
+        """Before the first step: the engine runs the learner's starting weights `path` at
+        `version` (0, or the resumed step). An engine that can tell what its workers run
+        (SGLangEngine.sync_start_weights) pushes them only where they differ; any other is
+        given them when resuming, as it was built from the starting model."""
+        sync = getattr(self.engine, "sync_start_weights", None)
+        if sync is None:
+            if version:
+                await self.update_weights(path, version)
+            return
+        await sync(path, version)
+        self._version = version
+
     async def update_weights(self, path: str, version: int) -> None:
         """Pause (engine.pause_mode) -> load -> resume. In-flight turns keep their tokens and
         continue afterwards."""

@@ -85,6 +85,15 @@ def parse_sampling(params: dict[str, Any]) -> tuple[SamplingParams, bool]:
     return sampling, bool(params.get("ignore_eos", False))
 
 
+# The engine's version of the boot weights, written "default" on the wire as SGLang 0.5.23 does
+# (server_args.weight_version defaults to "default" and stays so until an update names one).
+BOOT_VERSION = -1
+
+
+def wire_version(version: int) -> str:
+    return "default" if version == BOOT_VERSION else str(version)
+
+
 def finish_reason_json(gen: Generation) -> dict[str, Any]:
     if gen.finish_reason == "stop":
         return {"type": "stop", "matched": gen.meta.get("matched")}
@@ -100,11 +109,11 @@ def version_spans(gen: Generation) -> list[dict[str, Any]]:
     srt/utils/weight_versions.py: compute_weight_version_spans, add_weight_versions_to_meta_info."""
     spans: list[dict[str, Any]] = []
     for i, version in enumerate(gen.versions()):
-        if spans and spans[-1]["version"] == str(version):
+        if spans and spans[-1]["version"] == wire_version(version):
             spans[-1]["end"] = i + 1
         else:
-            spans.append({"version": str(version), "start": i, "end": i + 1})
-    return spans or [{"version": str(gen.weight_version), "start": 0, "end": 0}]
+            spans.append({"version": wire_version(version), "start": i, "end": i + 1})
+    return spans or [{"version": wire_version(gen.weight_version), "start": 0, "end": 0}]
 
 
 class LocalServer:
@@ -119,9 +128,12 @@ class LocalServer:
         health_check_timeout_s: float = 20.0,
         fail_loads: int = 0,
         lora: LoraSettings | None = None,
+        die_after_buckets: int = 0,
     ) -> None:
         self.engine = engine
-        self.updates = UpdateHandlers(engine, fail_loads=fail_loads)
+        self.updates = UpdateHandlers(
+            engine, fail_loads=fail_loads, die_after_buckets=die_after_buckets
+        )
         self.lora = LoraHandlers(engine, lora or LoraSettings(), engine.model_path)
         self.tokenizer = tokenizer
         self.started_at = time.time()
@@ -199,7 +211,7 @@ class LocalServer:
             "prompt_tokens": gen.meta.get("prompt_tokens"),
             "completion_tokens": len(gen.token_ids),
             "cached_tokens": 0,
-            "weight_version": str(gen.weight_version),
+            "weight_version": wire_version(gen.weight_version),
             "weight_versions": version_spans(gen),
             "e2e_latency": gen.meta.get("e2e_latency"),
         }
@@ -237,7 +249,7 @@ class LocalServer:
                 "model_path": self.engine.model_path,
                 "tokenizer_path": self.engine.model_path,
                 "is_generation": True,
-                "weight_version": str(self.engine.weight_version),
+                "weight_version": wire_version(self.engine.weight_version),
                 "preferred_sampling_params": None,
             }
         )
@@ -248,7 +260,7 @@ class LocalServer:
                 "version": SERVER_VERSION,
                 "engine": "local",
                 "model_path": self.engine.model_path,
-                "weight_version": str(self.launch_version),  # launch argument, never updated
+                "weight_version": wire_version(self.launch_version),  # launch argument, fixed
                 "enable_deterministic_inference": self.deterministic,
                 "enable_return_routed_experts": bool(
                     getattr(self.engine, "returns_routed_experts", False)
@@ -267,6 +279,7 @@ class LocalServer:
                     "routing_keys": dict(self.routing_keys),
                     "probes": dict(self.probes),
                     **self.updates.stats,
+                    "weight_groups": sorted(self.updates.groups),
                 },
             }
         )
@@ -354,6 +367,7 @@ def build_app(
     health_check_timeout_s: float = 20.0,
     fail_loads: int = 0,
     lora: LoraSettings | None = None,
+    die_after_buckets: int = 0,
 ) -> Starlette:
     server = LocalServer(
         engine,
@@ -362,6 +376,7 @@ def build_app(
         health_check_timeout_s=health_check_timeout_s,
         fail_loads=fail_loads,
         lora=lora,
+        die_after_buckets=die_after_buckets,
     )
     updates = server.updates
     get, post = ["GET"], ["POST"]
@@ -379,6 +394,7 @@ def build_app(
         Route("/continue_generation", _handle(server.resume), methods=post),
         Route("/update_weights_from_disk", _handle(updates.update_from_disk), methods=post),
         Route("/init_weights_update_group", _handle(updates.init_group), methods=post),
+        Route("/destroy_weights_update_group", _handle(updates.destroy_group), methods=post),
         Route("/begin_weight_update", _handle(updates.begin), methods=post),
         Route("/end_weight_update", _handle(updates.end), methods=post),
         Route(

@@ -17,6 +17,7 @@ would. Not here: generation, status and the app (server.py).
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import torch
@@ -60,9 +61,12 @@ def parse_version(raw: Any, current: int) -> int:
 class UpdateHandlers:
     """Disk and distributed updates, sessions and flushes over one LocalEngine."""
 
-    def __init__(self, engine: LocalEngine, *, fail_loads: int = 0) -> None:
+    def __init__(
+        self, engine: LocalEngine, *, fail_loads: int = 0, die_after_buckets: int = 0
+    ) -> None:
         self.engine = engine
         self.fail_loads = fail_loads
+        self.die_after_buckets = die_after_buckets
         self.groups: dict[str, tuple[Any, str]] = {}  # group_name -> (ProcessGroup, backend)
         self.session_open = False
         self.stats = {
@@ -123,6 +127,21 @@ class UpdateHandlers:
         self.stats["sessions"] += 1
         return JSONResponse({"success": True, "message": "Success"})
 
+    async def destroy_group(self, request: Request) -> JSONResponse:
+        """As 0.5.23 (model_runner_components/weight_updater.py): 400 for an unknown group."""
+        from gspo_agents.rollout.weight_group import destroy_group
+
+        body = await request.json()
+        name = str(body.get("group_name", "weight_update_group"))
+        if name not in self.groups:
+            return error_response("The group to be destroyed does not exist.")
+        group, _ = self.groups.pop(name)
+        await asyncio.to_thread(destroy_group, group)
+        self.stats["groups_destroyed"] = self.stats.get("groups_destroyed", 0) + 1
+        return JSONResponse(
+            {"success": True, "message": "Succeeded to destroy custom process group."}
+        )
+
     async def init_group(self, request: Request) -> JSONResponse:
         from gspo_agents.rollout.weight_group import init_weights_group
 
@@ -164,6 +183,8 @@ class UpdateHandlers:
             return error_response(f"Failed to receive weights: {exc}")
         self.stats["distributed_calls"] += 1
         self.stats["tensors_received"] += len(tensors)
+        if self.stats["distributed_calls"] == self.die_after_buckets:
+            os._exit(1)  # fault injection: a worker killed in the middle of an update
         if self._injected_failure():
             return error_response("Failed to load the received weights: injected failure")
         try:

@@ -24,14 +24,18 @@ as several worker URLs or one router URL. What it does (protocol facts: shared/S
   an optional whole-request deadline `request_timeout_s` (EngineTimeout, after a server-side
   abort), keep-alive expiry under SGLang's 5 s. Control calls have a read timeout.
 - Control calls (pause, continue, abort-all, weight updates, flush) go to every worker: a router
-  does not fan them out. With a router URL the worker list comes from the router (/list_workers)
-  or `worker_urls=`.
+  does not fan them out. With a router URL the worker list comes from the router (/list_workers,
+  /workers), re-read before every update and when an answer comes at another version (a worker
+  it added is brought to the current version first), or from `worker_urls=`.
+- Starting weights: `sync_start_weights` (before step 1) pushes the learner's starting weights
+  to workers that report others; "default" (SGLang's boot version) is then no learner version.
 - Cancellation: a cancelled generate() aborts its rid server-side (shielded) before re-raising.
 - Weight updates (`update_mode`): "disk" posts /update_weights_from_disk to every worker;
   "nccl" broadcasts the same HF directory's tensors over a process group, in buckets inside one
   update session per worker (sglang_update.py). A worker that fails leaves rotation and gets the
   update replayed later; the engine moves on with the rest (`last_update_dropped` names the
-  ones dropped) and raises only when every worker failed.
+  ones dropped) and raises only when every worker failed. In "nccl" mode a worker that dies
+  mid-update leaves and the whole update is sent again to the rest over a new group.
 - A LoRA run's update goes as an adapter (/load_lora_adapter, then `lora_path` on every
   /generate) where every worker runs with --enable-lora and a fitting pool, else as the merged
   weights by disk or NCCL (sglang_lora.py).
@@ -51,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,18 +84,40 @@ from gspo_agents.rollout.sglang_wire import (
     generate_body,
     json_body,
     parse_generation,
+    parse_version,
     pause_body,
     routes_enabled,
     sampling_json,
 )
 from gspo_agents.rollout.sglang_workers import WorkerPool, rank_workers, route_key_of
 from gspo_agents.rollout.weight_group import (
-    destroy_group,
     init_weights_group,
     read_hf_tensors,
 )
 
 log = logging.getLogger(__name__)
+
+
+# The weight version of a worker's boot weights once they are known not to be the learner's
+# starting weights: no learner version, so a worker reporting them is always out of sync.
+BOOT_WEIGHTS = -1
+
+
+def _same_path(reported: Any, path: str) -> bool:
+    if not isinstance(reported, str):
+        return False
+    return reported.rstrip("/") == path.rstrip("/") or os.path.realpath(reported) == (
+        os.path.realpath(path)
+    )
+
+
+def _numeric(model: dict[str, Any]) -> bool:
+    """Whether a worker's weight_version names an update (SGLang boots at "default")."""
+    return parse_version(model.get("weight_version"), BOOT_WEIGHTS) != BOOT_WEIGHTS
+
+
+class StartWeightsMismatch(EngineRequestError):
+    """The workers do not run the learner's starting weights, and could not be given them."""
 
 
 @dataclass(slots=True)
@@ -161,6 +188,7 @@ class SGLangEngine(GroupUpdates):
         self._adapters: list[str] = []  # LoRA adapters loaded on the workers, oldest first
         self._lora_name: str | None = None  # the one every /generate names (lora_path)
         self._said_merged = False
+        self._group_members: dict[str, list[str]] = {}
 
     async def start(self) -> None:
         """Probe the URLs (router or workers) once; generate() calls this lazily."""
@@ -275,10 +303,16 @@ class SGLangEngine(GroupUpdates):
             except EngineError as exc:
                 failures.append(str(exc))
                 self._pool.mark_down(url, str(exc))
+                await self._pool.follow_router()  # the router's members may have changed
                 attempt += 1
                 continue
             if not self._pool.stale_answer(url, gen.weight_version, epoch):
                 return gen
+            if self._pool.router is not None:
+                # A worker the router sends to is out of sync: one it added since we last
+                # looked, or one that restarted. Bring them in sync, then ask again.
+                await self._pool.follow_router()
+                await self._pool.health()
             discarded += 1
             failures.append(f"{url}: answered at weight version {gen.weight_version}, discarded")
             if discarded > len(self._pool.workers):
@@ -323,7 +357,9 @@ class SGLangEngine(GroupUpdates):
         raw = meta.get("weight_version") if isinstance(meta, dict) else None
         routes = None if routes_start is None else (len(input_ids), routes_start)
         version = self._pool.reported_version(raw)
-        return parse_generation(body, version, sampling.max_new_tokens, routes)
+        return parse_generation(
+            body, version, sampling.max_new_tokens, routes, boot_version=self._pool.start_version
+        )
 
     async def abort(self, request_id: str | None = None) -> None:
         await self._ensure_started()
@@ -375,6 +411,45 @@ class SGLangEngine(GroupUpdates):
                 ", ".join(plain),
             )
 
+    async def sync_start_weights(self, path: str, version: int) -> bool:
+        """Before the first step: make every worker run the learner's starting weights (the HF
+        directory `path`, the learner's `version`). A worker is trusted to run them only when
+        it reports its boot weights (a non-numeric weight_version, SGLang's "default") of
+        exactly `path` (/model_info model_path) and the learner starts at version 0; otherwise
+        they are pushed (update_mode disk or nccl), and a worker's boot weights count as no
+        learner version from then on. Returns whether they were pushed. Raises
+        StartWeightsMismatch naming both sides when no worker could take them."""
+        await self._ensure_started()
+        reports = await self._pool.model_reports()
+        differ = {
+            url: (str(m.get("model_path")), str(m.get("weight_version")))
+            for url, m in reports.items()
+            if version != 0 or not _same_path(m.get("model_path"), path) or _numeric(m)
+        }
+        if not differ:
+            self._pool.start_version = version
+            return False
+        self._pool.start_version = BOOT_WEIGHTS
+        try:
+            await self.update_weights(path, version)
+        except EngineError as exc:
+            url, (model, raw) = next(iter(differ.items()))
+            raise StartWeightsMismatch(
+                f"SGLang worker {url} runs {model} (weight version {raw!r}) but the learner "
+                f"starts from {path} (version {version}), and pushing it failed: {exc}. Launch "
+                f"the workers with --model-path {path}, or make {path} readable by them "
+                "(engine.update_mode=nccl sends the weights over the network instead)"
+            ) from exc
+        log.warning(
+            "SGLang worker(s) %s did not run the learner's starting weights %s (they reported "
+            "%s): pushed them as version %d before step 1",
+            ", ".join(differ),
+            path,
+            "; ".join(f"{m} at version {v!r}" for m, v in differ.values()),
+            version,
+        )
+        return True
+
     async def update_weights(self, path: str, version: int) -> None:
         """Every worker takes the HF safetensors in `path`: it loads them itself (update_mode
         "disk"; a filesystem all workers see), or we broadcast them over the weight group
@@ -382,15 +457,13 @@ class SGLangEngine(GroupUpdates):
         update replayed from `path` later; the engine moves to `version` unless every worker
         failed (then it raises). `last_update_dropped` names the failed workers."""
         await self._ensure_started()
+        await self._pool.follow_router()
         adapter = adapter_of(path)
         if adapter is not None and await self._update_adapter(adapter, version):
             return
         if self._update_mode == "nccl":
             named = await asyncio.to_thread(read_hf_tensors, path)
-            group_name = await self._ensure_group()
-            await self.update_weights_from_distributed(
-                named, version, group_name=group_name, replay_path=path
-            )
+            await self._update_live_workers(named, version, replay_path=path)
             return
         body = disk_update_body(path, version, flush_allowed(self._pool.pause_mode))
         async with self._pool.updating():
@@ -463,10 +536,9 @@ class SGLangEngine(GroupUpdates):
         return await self._pool.health()
 
     async def close(self) -> None:
+        for name in list(self._groups):
+            await self._drop_group(name)
         await self._http.aclose()
-        for group in self._groups.values():
-            destroy_group(group)
-        self._groups.clear()
 
     async def _abort_quietly(self, url: str, wire_rid: str) -> None:
         connect_s = self._http.connect_s
@@ -482,6 +554,7 @@ class SGLangEngine(GroupUpdates):
 
 __all__ = [
     "SGLangEngine",
+    "StartWeightsMismatch",
     "init_weights_group",
     "parse_generation",
     "rank_workers",

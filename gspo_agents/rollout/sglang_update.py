@@ -11,7 +11,10 @@ Errors: a worker that refuses the session fails the update before anything is se
 that answers failure while the broadcast waits for it has not taken its part, so the send
 would block until the group's timeout: the update fails at once with that worker's own message
 and the group is dropped (the next update forms a new one). A worker that took the broadcast
-but failed to load is that worker's failure: the caller takes it out of rotation.
+but failed to load is that worker's failure: the caller takes it out of rotation. A worker whose call
+fails and that no longer answers at all died: BrokenGroup names it, and GroupUpdates sends the
+whole update again to the others over a new group of the workers that answer (the old one
+destroyed on both sides), raising only when none is left.
 
 GroupUpdates is the part of SGLangEngine that forms the group and runs these updates (pausing
 around them); the group itself is weight_group.py.
@@ -26,7 +29,12 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from gspo_agents.rollout.engine import EngineError, EngineRequestError, PauseMode
+from gspo_agents.rollout.engine import (
+    EngineError,
+    EngineRequestError,
+    EngineUnavailable,
+    PauseMode,
+)
 from gspo_agents.rollout.sglang_http import ControlClient
 from gspo_agents.rollout.sglang_wire import (
     BEGIN_UPDATE,
@@ -35,7 +43,7 @@ from gspo_agents.rollout.sglang_wire import (
     flush_allowed,
     init_group_body,
 )
-from gspo_agents.rollout.sglang_workers import WorkerPool
+from gspo_agents.rollout.sglang_workers import Worker, WorkerPool
 from gspo_agents.rollout.weight_group import (
     bucket_by_bytes,
     destroy_group,
@@ -47,7 +55,12 @@ log = logging.getLogger(__name__)
 
 
 class BrokenGroup(EngineError):
-    """The broadcast could not complete: the weight group is unusable."""
+    """The broadcast could not complete: the weight group is unusable. `dead`: the workers
+    that no longer answer at all (killed or crashed mid-update)."""
+
+    def __init__(self, message: str, dead: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.dead = dead or []
 
 
 class SessionUpdate:
@@ -158,6 +171,15 @@ class SessionUpdate:
                     if not isinstance(error, EngineError):
                         raise error
                     failed[calls[task]] = str(error)
+                    if (
+                        await self._http.probe(calls[task], "/model_info", self._http.connect_s)
+                        is None
+                    ):
+                        # It died: the collective can never complete over this group.
+                        raise BrokenGroup(
+                            f"SGLang worker {calls[task]} died during the update: {error}",
+                            dead=[calls[task]],
+                        )
                 if failed and not send.done() and not (pending - {send}):
                     # Every worker answered and the send still waits: the ones that failed never
                     # took their part, and the collective cannot finish.
@@ -196,6 +218,7 @@ class GroupUpdates:
     _http: ControlClient
     _pool: WorkerPool
     _groups: dict[str, Any]
+    _group_members: dict[str, list[str]]
     _bucket_bytes: int
     _update_s: float
     _pause_mode: PauseMode
@@ -214,13 +237,16 @@ class GroupUpdates:
         group_name: str = "gspo_weight_sync",
         backend: str = "nccl",
         timeout_s: float = 300.0,
+        members: list[Worker] | None = None,
     ) -> None:
-        """Form a process group of this process (rank 0) and every worker's ranks. The HTTP
-        calls and our own group init run concurrently: each blocks until all ranks join.
+        """Form a process group of this process (rank 0) and every worker's ranks (`members`:
+        those workers only). The HTTP calls and our own group init run concurrently: each
+        blocks until all ranks join.
 
         Ranks and world size: group_layout."""
         await self._ensure_started()
-        offsets, world_size = group_layout([w.info for w in self._pool.workers])
+        workers = self._pool.workers if members is None else members
+        offsets, world_size = group_layout([w.info for w in workers])
         calls = [
             self._http.control(
                 w.url,
@@ -228,7 +254,7 @@ class GroupUpdates:
                 init_group_body(master_address, master_port, off, world_size, group_name, backend),
                 timeout_s,
             )
-            for w, off in zip(self._pool.workers, offsets, strict=True)
+            for w, off in zip(workers, offsets, strict=True)
         ]
         own = asyncio.to_thread(
             init_weights_group,
@@ -245,24 +271,111 @@ class GroupUpdates:
             if isinstance(result, BaseException):
                 raise result
         self._groups[group_name] = results[0]
+        self._group_members[group_name] = [w.url for w in workers]
 
-    async def _ensure_group(self) -> str:
-        """The weight group of update_mode "nccl": NCCL with CUDA, else gloo. Formed at the
-        first update, and again after a broken one, under a new name (SGLang keeps the old)."""
+    async def _group_over(self, members: list[Worker]) -> str:
+        """The weight group of update_mode "nccl" over exactly `members` (NCCL with CUDA, else
+        gloo): the current one if its members are these, else a new one under a new name, the
+        old one destroyed first on our side and on its workers."""
+        urls = [w.url for w in members]
+        current = f"gspo_weight_sync_{self._groups_formed}"
+        if current in self._groups and self._group_members.get(current) == urls:
+            return current
+        if current in self._groups:
+            await self._drop_group(current)
+        self._groups_formed += 1
         group_name = f"gspo_weight_sync_{self._groups_formed}"
-        if group_name not in self._groups:
-            self._groups_formed += 1
-            group_name = f"gspo_weight_sync_{self._groups_formed}"
-            import torch
+        import torch
 
-            address = address_towards(self._pool.urls[0])
-            await self.init_weights_update_group(
-                address,
-                free_port(address),
-                group_name=group_name,
-                backend="nccl" if torch.cuda.is_available() else "gloo",
-            )
+        address = address_towards(urls[0])
+        await self.init_weights_update_group(
+            address,
+            free_port(address),
+            group_name=group_name,
+            backend="nccl" if torch.cuda.is_available() else "gloo",
+            members=members,
+        )
         return group_name
+
+    async def _drop_group(self, group_name: str) -> None:
+        """Destroy a weight group: ours first (a worker still receiving over it then fails at
+        once instead of at the group's timeout), then POST /destroy_weights_update_group to each
+        of its workers that answers."""
+        group = self._groups.pop(group_name, None)
+        if group is not None:
+            await asyncio.to_thread(destroy_group, group)
+        urls = self._group_members.pop(group_name, [])
+        results = await asyncio.gather(
+            *(
+                self._http.control(
+                    u,
+                    "/destroy_weights_update_group",
+                    {"group_name": group_name},
+                    self._http.connect_s,
+                )
+                for u in urls
+            ),
+            return_exceptions=True,
+        )
+        for url, result in zip(urls, results, strict=True):
+            if isinstance(result, BaseException):
+                log.info(
+                    "SGLang worker %s: destroying weight group %s: %s", url, group_name, result
+                )
+
+    async def _update_live_workers(
+        self, named: list, version: int, replay_path: str | None
+    ) -> None:
+        """The nccl update of `update_weights`: over a group of the workers that answer now;
+        one that dies mid-update leaves rotation and the whole update is sent again to the
+        survivors over a new group (none of them serves in between: generation stays paused),
+        so no survivor keeps part-loaded weights. Raises only when no worker is left."""
+        buckets = bucket_by_bytes(named, self._bucket_bytes)
+        pause_here = not self._pool.paused
+        if pause_here:
+            await self._pause(self._pause_mode)
+        try:
+            flush = flush_allowed(self._pool.pause_mode)
+            async with self._pool.updating():
+                failed = await self._send_to_live(buckets, version, flush)
+                self._pool.settle_update(failed)
+                replay = None if replay_path is None else (replay_path, version)
+                self._pool.set_weights(version, replayable=replay)
+        finally:
+            if pause_here:  # shielded: a cancel must not leave every worker paused
+                await asyncio.shield(self.resume())
+        self._report_dropped(version, failed)
+
+    async def _send_to_live(self, buckets: list, version: int, flush: bool) -> dict[str, str]:
+        lost: dict[str, str] = {}
+        while True:
+            reports = await self._pool.model_reports()
+            members = [w for w in self._pool.workers if w.url in reports and w.url not in lost]
+            if not members:
+                raise EngineUnavailable(
+                    f"no SGLang worker is left to take weight version {version}: "
+                    + ("; ".join(f"{u}: {e}" for u, e in lost.items()) or "none answers")
+                )
+            group_name = await self._group_over(members)
+            group = self._groups[group_name]
+            session = SessionUpdate(
+                self._http, [w.url for w in members], group, group_name, self._update_s
+            )
+            try:
+                failed = await session.run(buckets, version, flush)
+            except BrokenGroup as exc:
+                await self._drop_group(group_name)
+                # The send may fail before the dead worker's own call does: ask them all.
+                answering = await self._pool.model_reports()
+                dead = exc.dead or [w.url for w in members if w.url not in answering]
+                if not dead:
+                    raise
+                for url in dead:
+                    lost[url] = f"died during the weight update to version {version}"
+                    self._pool.mark_down(url, lost[url])
+                continue  # the whole update again, to the survivors
+            absent = {w.url: "unreachable" for w in self._pool.workers if w not in members}
+            return {**absent, **lost, **failed}
 
     async def update_weights_from_distributed(
         self,
@@ -299,7 +412,7 @@ class GroupUpdates:
                 try:
                     failed = await session.run(buckets, version, flush)
                 except BrokenGroup:
-                    destroy_group(self._groups.pop(group_name))
+                    await self._drop_group(group_name)
                     raise
                 self._pool.settle_update(failed)
                 replay = None if replay_path is None else (replay_path, version)

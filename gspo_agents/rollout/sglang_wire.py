@@ -51,9 +51,17 @@ def parse_generation(
     fallback_version: int,
     max_new_tokens: int,
     routes: tuple[int, int] | None = None,
+    boot_version: int | None = None,
 ) -> Generation:
     """A /generate response → Generation, tolerating the shape drift of SGLang 0.5.x.
-    `routes`: (prompt length, routed_experts_start_len) when routed experts were asked for."""
+    `routes`: (prompt length, routed_experts_start_len) when routed experts were asked for.
+    `boot_version`: the version of a span named "default" (SGLang's launch value,
+    server_args.weight_version), which is the worker's boot weights, not the last span's
+    version; None: `fallback_version`.
+
+    An abort without routed experts (0.5.23 returns none for a request a pause aborted while it
+    waited in the queue) keeps no tokens: their routes are unknown, so the caller sends the
+    same request again, as it does after any abort."""
     if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
         raise EngineError(f"/generate answered without meta_info: {str(body)[:200]}")
     meta = body["meta_info"]
@@ -71,7 +79,9 @@ def parse_generation(
         reason = "length" if len(tokens) >= max_new_tokens else "abort"
     version = parse_version(meta.get("weight_version"), fallback_version)
     routed = None
-    if routes is not None:
+    if routes is not None and reason == "abort" and not isinstance(meta.get("routed_experts"), str):
+        tokens, logprobs, pairs = [], [], []
+    elif routes is not None:
         prompt, start = routes
         routed = parse_routed_experts(meta.get("routed_experts"), prompt + len(tokens) - 1 - start)
     return Generation(
@@ -79,7 +89,11 @@ def parse_generation(
         logprobs=logprobs,
         finish_reason=reason,
         weight_version=version,
-        token_versions=token_versions(meta.get("weight_versions"), len(tokens), fallback_version),
+        token_versions=token_versions(
+            meta.get("weight_versions") if pairs else None,
+            len(tokens),
+            fallback_version if boot_version is None else boot_version,
+        ),
         routed_experts=routed,
         meta={
             "prompt_tokens": meta.get("prompt_tokens"),
@@ -119,9 +133,10 @@ def encode_routed_experts(routes: torch.Tensor) -> str:
     return base64.b64encode(routes.to(torch.int32).contiguous().numpy().tobytes()).decode()
 
 
-def token_versions(spans: Any, num_tokens: int, fallback_version: int) -> list[int] | None:
+def token_versions(spans: Any, num_tokens: int, boot_version: int) -> list[int] | None:
     """Per-token weight versions from `meta_info.weight_versions`, or None when absent (then
-    every token has `weight_version`).
+    every token has `weight_version`). A span whose version is no number ("default", SGLang's
+    launch value) ran on the boot weights: `boot_version`.
 
     SGLang 0.5.23 lists [{version, start, end}] output-token ranges, one per weight version a
     request ran under (`srt/utils/weight_versions.py`: compute_weight_version_spans in the
@@ -136,7 +151,7 @@ def token_versions(spans: Any, num_tokens: int, fallback_version: int) -> list[i
             start, end = int(span["start"]), int(span["end"])
             if start != len(out) or end < start:
                 raise ValueError(f"span {span} does not start at token {len(out)}")
-            out += [parse_version(span["version"], fallback_version)] * (end - start)
+            out += [parse_version(span["version"], boot_version)] * (end - start)
     except (KeyError, TypeError, ValueError) as exc:
         raise EngineError(
             f"malformed meta_info.weight_versions {str(spans)[:200]}: {exc}"

@@ -102,6 +102,7 @@ class WorkerPool:
         self.paused = False  # generation paused by the engine: /health may hang, not a death
         self.pause_mode: str | None = None  # the /pause_generation mode while paused
         self._paths: dict[str, str] = {}  # "server"/"model" -> the endpoint name servers answer
+        self._listed_by_router = False  # the worker list is the router's: follow it
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -109,6 +110,7 @@ class WorkerPool:
         """Find the workers (behind a router or given) and their weight version."""
         if len(urls) == 1 and not given_workers:
             given_workers = await self._router_workers(urls[0])
+            self._listed_by_router = bool(given_workers)
         if given_workers:
             self.router = urls[0]
         worker_urls = given_workers or urls
@@ -124,6 +126,35 @@ class WorkerPool:
         for worker, model in zip(self.workers, models, strict=True):
             if model is None:
                 self._take_out(worker, "unreachable at start")
+
+    async def follow_router(self) -> None:
+        """Re-read the router's worker list (when it gave ours): a worker it dropped gets no
+        more control calls; one it added is brought to the engine's weight version (the last
+        update replayed) before it counts as in sync. A router that does not answer changes
+        nothing. Called before every update and when an answer shows a worker out of sync."""
+        if self.router is None or not self._listed_by_router:
+            return
+        listed = await self._router_workers(self.router)
+        if not listed:
+            return
+        known = {w.url: w for w in self.workers}
+        for url in known.keys() - set(listed):
+            log.warning("SGLang worker %s left the router: no more calls to it", url)
+        self.workers = [known.get(u) or Worker(u) for u in listed]
+        for worker in self.workers:
+            if worker.url not in known:
+                log.warning(
+                    "SGLang worker %s joined the router: bringing it to weight version %d",
+                    worker.url,
+                    self.version,
+                )
+                worker.in_rotation = False
+                await self.recover(worker)
+
+    async def model_reports(self) -> dict[str, dict[str, Any]]:
+        """{url: /model_info} of every worker that answers now."""
+        models = await asyncio.gather(*(self._get_info(w, "model") for w in self.workers))
+        return {w.url: m for w, m in zip(self.workers, models, strict=True) if m is not None}
 
     async def _router_workers(self, url: str) -> list[str]:
         for path in ("/list_workers", "/workers"):
@@ -216,7 +247,7 @@ class WorkerPool:
         """Whether `url` answered at another version than the engine's with no update since the
         request started. If so the worker restarted unnoticed: it leaves rotation and is due for
         recovery at once, and the caller discards the answer."""
-        if self.router is not None or version == self.version:
+        if version == self.version:
             return False
         if epoch_before != self.epoch or epoch_before % 2:
             return False  # an update raced the request: its version is the caller's business
