@@ -32,6 +32,14 @@ def test_codeagent_run_logs_tool_metrics(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
-    for key in ("rollout/env/parse_ok_frac", "rollout/env/tool_calls", "rollout/num_turns_mean"):
+    for key in (
+        "rollout/env/tool_call_attempts",
+        "rollout/env/tool_calls",
+        "rollout/num_turns_mean",
+    ):
         assert key in rows[0], sorted(rows[0])
+    # the parsed share is logged only for steps whose episodes attempted a call
+    for row in rows:
+        attempted = row["rollout/env/tool_call_attempts"] > 0
+        assert ("rollout/env/parse_ok_frac" in row) == attempted, sorted(row)
     assert rows[0]["rollout/error"] == 0  # sessions started and closed; no infra errors
