@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from gspo_agents.tracking import BenchProgress
+
 RESULT = "RESULT "
 SHAPES = {
     # CPU-sized: the decoder blocks hold most parameters, as in real models (~25M parameters)
@@ -203,9 +205,11 @@ def main(argv=None) -> None:
         return
     write_model(args.shape)  # once, before the arms
     rows = []
-    for arm in ["full", *map(str, args.ranks)]:
+    arms = ["full", *map(str, args.ranks)]
+    progress = BenchProgress("lora_memory, arms", len(arms))
+    for arm in arms:
         rows.append(run_arm(args, arm))
-        print(f"{rows[-1]['arm']}: done", file=sys.stderr, flush=True)
+        progress.tick()
     print(f"shape {args.shape}, {args.tokens} tokens x {args.rows} rows, device {args.device}")
     print(table(rows))
     if args.json:

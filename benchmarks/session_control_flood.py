@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "sandbox"
 
 from test_sessions_limits import agent_host_pid, own_cpu, peak_rss_kb  # noqa: E402
 
+from gspo_agents.tracking import BenchProgress  # noqa: E402
 from sandbox import SessionLimits, SessionPool  # noqa: E402
 
 FLOOD = (
@@ -48,8 +49,10 @@ def main() -> None:
     ap.add_argument("backends", nargs="*", default=["docker", "bubblewrap"])
     ap.add_argument("--seconds", type=float, default=4.0)
     args = ap.parse_args()
+    progress = BenchProgress("session_control_flood, backends", len(args.backends))
     for backend in args.backends:
         asyncio.run(measure(backend, args.seconds))
+        progress.tick()
 
 
 if __name__ == "__main__":

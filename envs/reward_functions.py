@@ -30,7 +30,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from envs.base import Message, TextEnv
 
@@ -134,7 +134,7 @@ class RewardFunctionEnv(TextEnv):
         )
         if self.system_prompt and messages[0].get("role") != "system":
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return messages  # type: ignore[return-value]
+        return messages
 
     def step(self, action: str):
         raise RuntimeError("RewardFunctionEnv is asynchronous: use `await env.astep(text)`")
@@ -203,6 +203,8 @@ def register_reward_env(
     if env_id in gym.registry:
         del gym.registry[env_id]
     gym.register(
-        id=env_id, entry_point=cls, kwargs={"dataset": rows, "reward_funcs": funcs, **options}
+        id=env_id,
+        entry_point=cast(Any, cls),
+        kwargs={"dataset": rows, "reward_funcs": funcs, **options},
     )
     return env_id

@@ -255,7 +255,7 @@ def hub_token() -> str:
     return token
 
 
-def push(out: Path, repo: str, token: str, private: bool = True) -> str:
+def push(out: Path, repo: str, token: str | None, private: bool = True) -> str:
     """Upload `out` to the Hub repo `repo`; one-line errors for no network or a bad token."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError

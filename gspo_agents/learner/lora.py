@@ -61,7 +61,7 @@ def apply_lora(model: nn.Module, cfg: LoraConfig) -> nn.Module:
         )
     peft_cfg = peft.LoraConfig(
         r=cfg.rank,
-        lora_alpha=cfg.alpha,
+        lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # PEFT annotates int; alpha / r is all it uses
         lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules),
         bias="none",
