@@ -155,7 +155,15 @@ class DockerSessionBackend(SessionBackend):
     async def teardown(self, handle: Handle) -> str:
         self._live.pop(handle.name, None)
         tail = await close_agent(handle.proc, grace_s=1.0)
-        code, _, err = await _run([*self.base._cli(handle.host), "rm", "-f", handle.name])
+        cli = self.base._cli(handle.host)
+        code, _, err = await _run([*cli, "rm", "-f", handle.name])
+        if code != 0 and "already in progress" in err:
+            # --rm's own removal raced ours (the container had just exited): wait for it, so
+            # that a closed session has no container left, as the cleanup contract says
+            for _ in range(120):
+                if (await _run([*cli, "container", "inspect", handle.name]))[0] != 0:
+                    return tail
+                await asyncio.sleep(0.25)
         if code != 0 and "No such container" not in err:
             tail += f"\ndocker rm -f {handle.name}: {err.strip()[:300]}"
         return tail
