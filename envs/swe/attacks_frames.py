@@ -12,7 +12,8 @@ __all__ = ["FRAME_PAYLOADS", "PRELUDE"]
 
 # Helpers every planted payload starts with: a plugin that makes every test pass, and ways to use
 # a frame walk or a found Config to install it (what a policy that owns the interpreter would do), and
-# _gs_stub: a do-nothing function with a test function's parameters (to swap in for the test).
+# _gs_stub: a do-nothing function with a test function's parameters, and _gs_stub_tests, which
+# swaps it in for every test function of a namespace.
 PRELUDE = r"""
 import sys as _gs, os as _go
 _GS_IDS = __IDS__
@@ -60,6 +61,13 @@ def _gs_stub(fn):
     ns = {}
     exec("def f(%s):\n    pass\n" % ", ".join(c.co_varnames[: c.co_argcount]), ns)
     return ns["f"]
+def _gs_stub_tests(namespace):
+    for k, v in list(namespace.items()):
+        if k.startswith("test") and callable(v) and hasattr(v, "__code__"):
+            try:
+                v.__code__ = _gs_stub(v).__code__
+            except ValueError:
+                pass
 """
 
 # name -> (kind, payload appended to the target source file after PRELUDE)
@@ -273,12 +281,7 @@ _gs_use(_gs_frames(_gs_grab()))
         r"""
 def _gs_tracer(frame, event, arg):
     if event == "return" and frame.f_code.co_name == "<module>":
-        for k, v in list(frame.f_globals.items()):
-            if k.startswith("test") and callable(v) and hasattr(v, "__code__"):
-                try:
-                    v.__code__ = _gs_stub(v).__code__
-                except ValueError:
-                    pass
+        _gs_stub_tests(frame.f_globals)
     return _gs_tracer
 _gs_f = _gs._getframe(1)
 while _gs_f is not None and "test" not in _gs_f.f_code.co_filename.rsplit("/", 1)[-1]:
@@ -293,12 +296,7 @@ if _gs_f is not None:
         r"""
 def _gs_prof(frame, event, arg):
     if event == "return" and frame.f_code.co_name == "<module>":
-        for k, v in list(frame.f_globals.items()):
-            if k.startswith("test") and callable(v) and hasattr(v, "__code__"):
-                try:
-                    v.__code__ = _gs_stub(v).__code__
-                except ValueError:
-                    pass
+        _gs_stub_tests(frame.f_globals)
 _gs.setprofile(_gs_prof)
 """,
     ),
