@@ -1,14 +1,20 @@
 """The code blocks of a Markdown page, as a user copies them: Python files by the module their
-`register()` names, the pyproject.toml, and the shell commands (shared by tests/test_doc_recipes.py)."""
+`register()` names, the pyproject.toml, the shell commands (shared by tests/test_doc_recipes.py),
+and one README Python example run as written (tests/test_api.py, tests/test_reward_functions.py)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 FENCE = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 ENTRY = re.compile(r'entry_point="([\w.]+):')
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def blocks(page: Path, lang: str) -> list[str]:
@@ -37,3 +43,33 @@ def commands(page: Path, prefix: str) -> list[list[str]]:
             if line.strip().startswith(prefix):
                 found.append(shlex.split(line.split(" #")[0]))
     return found
+
+
+def readme_python_block(needle: str, *, without: str | None = None) -> str:
+    """The one Python block of README.md that contains `needle` (and not `without`)."""
+    [example] = [
+        body
+        for body in blocks(ROOT / "README.md", "python")
+        if needle in body and (without is None or without not in body)
+    ]
+    return example
+
+
+def run_python_example(code: str, cwd: Path, *, timeout_s: float) -> subprocess.CompletedProcess:
+    """`python -c code` in `cwd` with this checkout importable, as a user runs a copied example;
+    it must exit 0 (the assertion shows the end of its stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def metrics_rows(run_dir: Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl."""
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -8,15 +8,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from doc_recipes import metrics_rows, readme_python_block, run_python_example
 
 from gspo_agents import Trainer
 from gspo_agents.config import ConfigError
@@ -40,32 +39,17 @@ def test_trainer_rejects_a_typo_with_a_suggestion():
 
 
 def readme_python_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    [example] = [
-        b for b in blocks if "from gspo_agents import Trainer" in b and "reward_funcs" not in b
-    ]
-    return example
+    return readme_python_block("from gspo_agents import Trainer", without="reward_funcs")
 
 
 @pytest.mark.slow  # a real (tiny) training, about a minute
 def test_the_readme_python_example_runs_as_written(tmp_path):
     """Verbatim, in a fresh directory: it trains into its own run dir (not the default one that
     the README's next command would resume), and training happened."""
-    proc = subprocess.run(
-        [sys.executable, "-c", readme_python_example()],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python_example(readme_python_example(), tmp_path, timeout_s=3600)
     assert "final_step" in proc.stdout
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["api-demo"]
-    rows = [
-        json.loads(x) for x in (tmp_path / "runs/api-demo/metrics.jsonl").read_text().splitlines()
-    ]
+    rows = metrics_rows(tmp_path / "runs/api-demo")
     assert [r["step"] for r in rows] == list(range(1, 11))
     assert all(r["rollout/truncated_by_prompt"] == 0 for r in rows)
     assert sum(r["num_signal_seqs"] for r in rows) > 0  # groups with reward spread moved it

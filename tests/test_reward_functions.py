@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from doc_recipes import metrics_rows, readme_python_block, run_python_example
 
 from envs.reward_functions import RewardFunctionEnv, load_rows
 
@@ -107,28 +105,14 @@ async def test_a_function_that_takes_the_sandbox_runs_the_completion_in_it():
 
 
 def readme_reward_example() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    [example] = [b for b in blocks if "reward_funcs=" in b]
-    return example
+    return readme_python_block("reward_funcs=")
 
 
 @pytest.mark.slow  # a real (tiny) training, about a minute
 def test_the_readmes_reward_function_example_trains_as_written(tmp_path):
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run(
-        [sys.executable, "-c", readme_reward_example()],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python_example(readme_reward_example(), tmp_path, timeout_s=1800)
     assert "'final_step': 4" in proc.stdout
-    rows = [
-        json.loads(x) for x in (tmp_path / "runs/reward-fns/metrics.jsonl").read_text().splitlines()
-    ]
+    rows = metrics_rows(tmp_path / "runs/reward-fns")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert sum(r["num_signal_seqs"] for r in rows) > 0  # groups with reward spread moved it
     assert all(0 <= r["rollout/reward_mean"] <= 1.5 for r in rows)  # the weighted sum

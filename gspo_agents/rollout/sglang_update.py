@@ -23,9 +23,10 @@ around them); the group itself is weight_group.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -331,20 +332,30 @@ class GroupUpdates:
         survivors over a new group (none of them serves in between: generation stays paused),
         so no survivor keeps part-loaded weights. Raises only when no worker is left."""
         buckets = bucket_by_bytes(named, self._bucket_bytes)
+        async with self._paused():
+            flush = flush_allowed(self._pool.pause_mode)
+            async with self._pool.updating():
+                failed = await self._send_to_live(buckets, version, flush)
+                self._settle(failed, version, replay_path)
+        self._report_dropped(version, failed)
+
+    @contextlib.asynccontextmanager
+    async def _paused(self) -> AsyncIterator[None]:
+        """Generation paused (`pause_mode`) for the block, unless the caller paused already."""
         pause_here = not self._pool.paused
         if pause_here:
             await self._pause(self._pause_mode)
         try:
-            flush = flush_allowed(self._pool.pause_mode)
-            async with self._pool.updating():
-                failed = await self._send_to_live(buckets, version, flush)
-                self._pool.settle_update(failed)
-                replay = None if replay_path is None else (replay_path, version)
-                self._pool.set_weights(version, replayable=replay)
+            yield
         finally:
             if pause_here:  # shielded: a cancel must not leave every worker paused
                 await asyncio.shield(self.resume())
-        self._report_dropped(version, failed)
+
+    def _settle(self, failed: dict[str, str], version: int, replay_path: str | None) -> None:
+        """The workers that missed the update leave rotation; the rest serve `version`."""
+        self._pool.settle_update(failed)
+        replay = None if replay_path is None else (replay_path, version)
+        self._pool.set_weights(version, replayable=replay)
 
     async def _send_to_live(self, buckets: list, version: int, flush: bool) -> dict[str, str]:
         lost: dict[str, str] = {}
@@ -396,10 +407,7 @@ class GroupUpdates:
                 f"no weight update group {group_name!r}: call init_weights_update_group first"
             )
         buckets = bucket_by_bytes(list(named_tensors), self._bucket_bytes)
-        pause_here = not self._pool.paused
-        if pause_here:
-            await self._pause(self._pause_mode)
-        try:
+        async with self._paused():
             flush = flush_allowed(self._pool.pause_mode) if flush_cache is None else flush_cache
             async with self._pool.updating():
                 session = SessionUpdate(
@@ -414,12 +422,7 @@ class GroupUpdates:
                 except BrokenGroup:
                     await self._drop_group(group_name)
                     raise
-                self._pool.settle_update(failed)
-                replay = None if replay_path is None else (replay_path, version)
-                self._pool.set_weights(version, replayable=replay)
-        finally:
-            if pause_here:  # shielded: a cancel must not leave every worker paused
-                await asyncio.shield(self.resume())
+                self._settle(failed, version, replay_path)
         self._report_dropped(version, failed)
 
 

@@ -35,7 +35,10 @@ from sandbox.types import Program
 
 log = logging.getLogger("sandbox")
 RUNNER_DIGEST = hashlib.sha256(
-    (Path(__file__).resolve().parent.parent / "isolation" / "runner.py").read_bytes()
+    b"".join(
+        (Path(__file__).resolve().parent.parent / "isolation" / name).read_bytes()
+        for name in ("runner.py", "runner_proc.py")
+    )
 ).hexdigest()
 MAX_BINARY_BYTES = 16 << 20  # larger binaries are compiled each time, not cached
 DEFAULT_DIR = Path.home() / ".cache" / "gspo-agents" / "compile"

@@ -34,7 +34,8 @@ from sandbox.sessions.api import (
     SessionUsage,
     Workspace,
 )
-from sandbox.sessions.pool import _ERRORS, CALL_MARGIN_S, WorkspaceFiles, file_payload
+from sandbox.sessions.files import WorkspaceFiles, file_payload
+from sandbox.sessions.workspace import _ERRORS, CALL_MARGIN_S
 
 if TYPE_CHECKING:
     from sandbox.service.remote import RemoteSandbox

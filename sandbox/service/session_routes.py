@@ -44,7 +44,8 @@ from starlette.routing import Route
 from sandbox.errors import BackendFailure
 from sandbox.service.requests import SlowBody
 from sandbox.sessions.api import SessionBudgetExceeded, SessionClosed, SessionLimits
-from sandbox.sessions.pool import SandboxSession, SessionPool
+from sandbox.sessions.pool import SessionPool
+from sandbox.sessions.workspace import SandboxSession
 
 log = logging.getLogger("sandbox.service.sessions")
 SESSION_HEADER = "X-Sandbox-Session"

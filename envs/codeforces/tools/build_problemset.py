@@ -27,6 +27,10 @@ from envs.codeforces.problems import SHIPPED_DIR, Problem, load_problemset
 from .spec import Spec
 from .specs_easy import SPECS as EASY
 from .specs_medium import SPECS as MEDIUM
+from .specs_medium_arrays import ARRAYS
+from .specs_medium_dp_graphs import DP_GRAPHS
+from .specs_medium_numbers import NUMBERS
+from .specs_medium_strings import STRINGS
 from .specs_special import SPECS as SPECIAL
 
 ALL_SPECS: list[Spec] = EASY + MEDIUM + SPECIAL
@@ -140,7 +144,10 @@ def build_one(spec: Spec, root: Path) -> int:
 def _spec_file(spec: Spec) -> str:
     for name, group in (
         ("specs_easy.py", EASY),
-        ("specs_medium.py", MEDIUM),
+        ("specs_medium_numbers.py", NUMBERS),
+        ("specs_medium_strings.py", STRINGS),
+        ("specs_medium_arrays.py", ARRAYS),
+        ("specs_medium_dp_graphs.py", DP_GRAPHS),
         ("specs_special.py", SPECIAL),
     ):
         if any(s is spec for s in group):

@@ -33,7 +33,7 @@ _ISOLATION = Path(__file__).resolve().parent.parent  # sandbox/isolation
 # The runner runs as `python3 -S -c RUNNER_SOURCE` inside the sandbox, where this package is not
 # installed: a short prelude registers the runner's helper modules from their source text, then
 # runner.py follows (so it imports `sandbox.isolation.runner_guard` as it does on the host).
-RUNNER_MODULES = ("runner_guard",)
+RUNNER_MODULES = ("runner_guard", "runner_proc")  # in import order
 _PRELUDE = """import sys as _sys, types as _types
 for _pkg in ("sandbox", "sandbox.isolation"):
     _sys.modules.setdefault(_pkg, _types.ModuleType(_pkg))

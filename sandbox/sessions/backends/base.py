@@ -45,7 +45,8 @@ SECCOMP_PRELUDE = (
     "del _gspo_guard\n"
 )
 AGENT_SOURCE = "\n".join(  # the agent's helpers first: inside, they are the agent's globals
-    (_HERE / name).read_text() for name in ("agent_files.py", "agent_limits.py", "agent.py")
+    (_HERE / name).read_text()
+    for name in ("agent_files.py", "agent_limits.py", "agent_calls.py", "agent.py")
 )
 AGENT_SOURCE = SECCOMP_PRELUDE + AGENT_SOURCE
 KERNEL_SOURCE = (_HERE / "kernel.py").read_text()
