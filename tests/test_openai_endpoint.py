@@ -1,0 +1,191 @@
+"""The OpenAI-compatible endpoint over the real LocalEngine (tiny model), called with the real
+`openai` package over real HTTP: recorded trajectories carry the engine's own ids and log-probs,
+a history that does not extend the previous tokens is a counted prefix break, and
+`rollout.past_reasoning` keeps or strips earlier reasoning."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from test_manager_support import forward_logprobs, tiny_model_dir, tiny_tokenizer
+
+from gspo_agents.rollout.chat import ChatFormat, strip_past_reasoning
+from gspo_agents.rollout.engine import Generation
+from gspo_agents.rollout.local_engine import LocalEngine
+from gspo_agents.rollout.openai_endpoint import SESSION_HEADER, OpenAIEndpoint, serve_endpoint
+
+openai = pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    return tiny_model_dir()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_dir):
+    return tiny_tokenizer()
+
+
+@pytest.fixture
+def engine(model_dir):
+    eng = LocalEngine(model_dir, max_batch_size=8, seed=0)
+    yield eng
+    asyncio.run(eng.close())
+
+
+def _client(base_url: str, session_id: str):
+    return openai.AsyncOpenAI(
+        base_url=base_url, api_key="-", default_headers={SESSION_HEADER: session_id}
+    )
+
+
+async def _scripted_agent(base_url: str, session_id: str, turns: int = 3) -> list:
+    """A plain multi-turn chat agent: what it gets back it sends back, then a new user turn."""
+    client = _client(base_url, session_id)
+    messages: list[dict] = [
+        {"role": "system", "content": "You count."},
+        {"role": "user", "content": "Say a number."},
+    ]
+    replies = []
+    for turn in range(turns):
+        reply = await client.chat.completions.create(
+            model="policy", messages=messages, max_tokens=6, temperature=1.0
+        )
+        replies.append(reply)
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "user", "content": f"And another ({turn})."})
+    await client.close()
+    return replies
+
+
+async def test_multi_turn_agent_trajectory_is_the_engines_tokens(engine, tokenizer, model_dir):
+    endpoint = OpenAIEndpoint(engine, tokenizer)
+    async with serve_endpoint(endpoint) as base_url:
+        replies = await _scripted_agent(base_url, "s1")
+        models = await _client(base_url, "s1").models.list()
+    assert [m.id for m in models.data] == ["policy"]
+    session = endpoint.pop_session("s1")
+    assert session.prefix_breaks == 0 and session.calls == 3
+    (traj,) = session.trajectories
+    model_segments = [s for s in traj.segments if s.kind == "model"]
+    assert len(model_segments) == 3
+    chat = ChatFormat(tokenizer)
+    first_messages = [
+        {"role": "system", "content": "You count."},
+        {"role": "user", "content": "Say a number."},
+    ]
+    assert traj.prompt_ids == chat.prompt_ids(first_messages)
+    for reply, seg in zip(replies, model_segments):
+        choice = reply.choices[0]
+        assert seg.token_ids == choice.token_ids  # what the client got is what was recorded
+        assert seg.logprobs == choice.completion_logprobs
+        assert [c.logprob for c in choice.logprobs.content] == seg.logprobs
+    # Each call continued exactly the previous call's prompt + completion: no re-tokenisation.
+    for before, after in zip(replies, replies[1:]):
+        prev = before.model_extra["prompt_token_ids"] + before.choices[0].token_ids
+        assert after.model_extra["prompt_token_ids"][: len(prev)] == prev
+    last = replies[-1]
+    assert traj.token_ids == last.model_extra["prompt_token_ids"] + last.choices[0].token_ids
+    # The engine's log-probs are the model's on the recorded sequence (the engine's own ids).
+    reference = forward_logprobs(model_dir, traj.token_ids)
+    pos = len(traj.prompt_ids)
+    for seg in traj.segments:
+        if seg.kind == "model":
+            for i, lp in enumerate(seg.logprobs):
+                assert math.isclose(lp, reference[pos + i], abs_tol=1e-4)
+        pos += len(seg.token_ids)
+
+
+async def test_a_history_that_does_not_extend_is_a_counted_prefix_break(engine, tokenizer):
+    endpoint = OpenAIEndpoint(engine, tokenizer)
+    async with serve_endpoint(endpoint) as base_url:
+        client = _client(base_url, "s2")
+        messages = [{"role": "user", "content": "Hi."}]
+        first = await client.chat.completions.create(model="p", messages=messages, max_tokens=4)
+        # The agent rewrites what the model said (a summariser, a truncating scaffold).
+        edited = [*messages, {"role": "assistant", "content": "EDITED"}]
+        edited.append({"role": "user", "content": "Go on."})
+        second = await client.chat.completions.create(model="p", messages=edited, max_tokens=4)
+        assert endpoint.metrics()["rollout/prefix_breaks"] == 1.0
+        await client.close()
+    session = endpoint.pop_session("s2")
+    assert session.prefix_breaks == 1
+    a, b = session.trajectories  # the break started a second sequence, each one self-consistent
+    assert a.token_ids == first.model_extra["prompt_token_ids"] + first.choices[0].token_ids
+    assert b.prompt_ids == second.model_extra["prompt_token_ids"]
+    assert b.segments[0].token_ids == second.choices[0].token_ids
+
+
+class ScriptedEngine:
+    """Answers each generate with the next scripted token ids (for reasoning the tiny random
+    model never writes); log-probs are fixed values."""
+
+    weight_version = 0
+
+    def __init__(self, turns: list[list[int]]) -> None:
+        self.turns = list(turns)
+        self.seen: list[list[int]] = []
+
+    async def generate(self, input_ids, sampling, request_id, *, route_key=None) -> Generation:
+        self.seen.append(list(input_ids))
+        ids = self.turns.pop(0)
+        return Generation(ids, [-0.5] * len(ids), "stop", 0)
+
+
+@pytest.mark.parametrize("mode", ["keep", "strip"])
+async def test_past_reasoning_keep_extends_and_strip_starts_a_new_sequence(tokenizer, mode):
+    chat = ChatFormat(tokenizer)
+    end = list(chat.stop_token_ids[:1])
+    turn1 = chat._encode("<think>plan A</think>4") + end
+    turn2 = chat._encode("<think>plan B</think>5") + end
+    engine = ScriptedEngine([turn1, turn2])
+    endpoint = OpenAIEndpoint(engine, tokenizer, past_reasoning=mode)
+    async with serve_endpoint(endpoint) as base_url:
+        client = _client(base_url, "s3")
+        messages = [{"role": "user", "content": "2+2?"}]
+        r1 = await client.chat.completions.create(model="p", messages=messages)
+        assert "plan A" in r1.choices[0].message.content
+        messages += [r1.choices[0].message.model_dump(exclude_none=True)]
+        messages += [{"role": "user", "content": "2+3?"}]
+        await client.chat.completions.create(model="p", messages=messages)
+        await client.close()
+    session = endpoint.pop_session("s3")
+    second_prompt = tokenizer.decode(engine.seen[1])
+    if mode == "keep":
+        assert session.prefix_breaks == 0 and len(session.trajectories) == 1
+        assert "plan A" in second_prompt
+        (traj,) = session.trajectories
+        assert [s.token_ids for s in traj.segments if s.kind == "model"] == [turn1, turn2]
+    else:
+        assert session.prefix_breaks == 1 and len(session.trajectories) == 2
+        assert "plan A" not in second_prompt and "4" in second_prompt
+        # what the learner trains on is exactly what was generated, turn by turn
+        assert [t.segments[-1].token_ids for t in session.trajectories] == [turn1, turn2]
+
+
+def test_strip_past_reasoning_follows_qwen3s_rule():
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "<think>x</think>\n\nA"},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "<think>y</think>B"},
+    ]
+    out = strip_past_reasoning(messages)
+    assert [m["content"] for m in out] == ["a", "A", "b", "<think>y</think>B"]
+    assert messages[1]["content"] == "<think>x</think>\n\nA"  # the input is not changed
+
+
+async def test_bad_requests_get_a_clear_400(engine, tokenizer):
+    endpoint = OpenAIEndpoint(engine, tokenizer)
+    async with serve_endpoint(endpoint) as base_url:
+        client = _client(base_url, "s4")
+        with pytest.raises(openai.BadRequestError, match="n must be 1"):
+            await client.chat.completions.create(
+                model="p", messages=[{"role": "user", "content": "x"}], n=2
+            )
+        done = await client.completions.create(model="p", prompt="Hello", max_tokens=3)
+        assert len(done.choices[0].token_ids) == len(done.choices[0].logprobs.token_logprobs) <= 3
+        await client.close()
