@@ -44,13 +44,17 @@ def train_agent(
     engine = build_engine(cfg, model_dir, t.seed)
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
     run_dir = Path(t.run_dir)
-    manager = AgentManager(engine, load_tokenizer(model_dir), agent, rollout_cfg, reward_fn=reward_fn)
+    manager = AgentManager(
+        engine, load_tokenizer(model_dir), agent, rollout_cfg, reward_fn=reward_fn
+    )
 
     async def loop() -> list[dict[str, Any]]:
         history = []
         try:
             for step in range(t.steps):
-                result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
+                result = await manager.collect(
+                    tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
+                )
                 metrics = await train_step(cfg, learner, manager, result, run_dir, step)
                 history.append(metrics)
         finally:

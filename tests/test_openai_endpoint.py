@@ -6,7 +6,10 @@ a history that does not extend the previous tokens is a counted prefix break, an
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 from test_manager_support import forward_logprobs, tiny_model_dir, tiny_tokenizer
@@ -17,6 +20,7 @@ from gspo_agents.rollout.local_engine import LocalEngine
 from gspo_agents.rollout.openai_endpoint import SESSION_HEADER, OpenAIEndpoint, serve_endpoint
 
 openai = pytest.importorskip("openai")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +193,67 @@ async def test_bad_requests_get_a_clear_400(engine, tokenizer):
         done = await client.completions.create(model="p", prompt="Hello", max_tokens=3)
         assert len(done.choices[0].token_ids) == len(done.choices[0].logprobs.token_logprobs) <= 3
         await client.close()
+
+
+def readme_agent_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    [example] = [b for b in blocks if "train_agent(" in b]
+    return example
+
+
+def test_the_readme_agent_loop_trains_two_steps_as_written(tmp_path, monkeypatch):
+    """The README's block verbatim: a multi-turn openai-client agent, its recorded trajectories
+    trained on for two steps (an update each step, the engine given the new weights)."""
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "readme_agent"}
+    exec(compile(readme_agent_example(), "README.md", "exec"), scope)
+    steps = scope["steps"]
+    assert len(steps) == 2
+    for m in steps:
+        assert m["rollout/prefix_breaks"] == 0.0  # an agent that sends back what it got
+        assert m["num_signal_seqs"] > 0 and math.isfinite(m["loss"])
+        assert m["rollout/trajectories"] == 8  # 2 tasks x 4 samples, one sequence each
+        assert m["rollout/complete"] == 8 and m["rollout/num_turns_mean"] == 2
+    assert steps[1]["rollout/weight_version"] == 1.0  # step 2 ran on step 1's weights
+    assert (tmp_path / "runs/agent-demo/weights/step2").is_dir()
+
+
+async def test_tool_calls_come_back_as_openai_tool_calls_and_the_reply_extends(tokenizer):
+    chat = ChatFormat(tokenizer)
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    turn1 = chat._encode("Let me add." + call) + list(chat.stop_token_ids[:1])
+    turn2 = chat._encode("3") + list(chat.stop_token_ids[:1])
+    engine = ScriptedEngine([turn1, turn2])
+    endpoint = OpenAIEndpoint(engine, tokenizer)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "add",
+                "description": "Add two integers.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                },
+            },
+        }
+    ]
+    async with serve_endpoint(endpoint) as base_url:
+        client = _client(base_url, "s5")
+        messages: list[dict] = [{"role": "user", "content": "1+2?"}]
+        r1 = await client.chat.completions.create(model="p", messages=messages, tools=tools)
+        choice = r1.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        (tc,) = choice.message.tool_calls
+        assert tc.function.name == "add" and json.loads(tc.function.arguments) == {"a": 1, "b": 2}
+        assert choice.message.content == "Let me add."
+        messages.append(choice.message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": tc.id, "content": "3"})
+        await client.chat.completions.create(model="p", messages=messages, tools=tools)
+        await client.close()
+    session = endpoint.pop_session("s5")
+    assert session.prefix_breaks == 0
+    (traj,) = session.trajectories
+    assert [s.token_ids for s in traj.segments if s.kind == "model"] == [turn1, turn2]
+    assert "3" in tokenizer.decode(traj.segments[1].token_ids)  # the tool result, appended

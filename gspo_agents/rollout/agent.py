@@ -105,7 +105,9 @@ class AgentManager:
             for gid in [uuid.uuid4().hex]
             for sample in range(G)
         )
-        groups = [[t for run in runs[i * G : (i + 1) * G] for t in run[0]] for i in range(len(tasks))]
+        groups = [
+            [t for run in runs[i * G : (i + 1) * G] for t in run[0]] for i in range(len(tasks))
+        ]
         metrics = trajectory_metrics(groups)
         metrics["rollout/prefix_breaks"] = float(sum(breaks for _, breaks in runs))
         metrics["rollout/weight_version"] = float(self._version)
@@ -162,7 +164,9 @@ class AgentManager:
                 traj.status, traj.reward = Status.COMPLETE, reward
         return trajs, session.prefix_breaks
 
-    def _reward(self, task: dict, returned: Any, session: Session) -> tuple[float | None, str | None]:
+    def _reward(
+        self, task: dict, returned: Any, session: Session
+    ) -> tuple[float | None, str | None]:
         value = returned if self.reward_fn is None else self.reward_fn(task, returned, session)
         try:
             reward = float(value)

@@ -104,7 +104,9 @@ class OpenAIEndpoint:
         return self.sessions.pop(session_id, None) or Session(session_id)
 
     def metrics(self) -> dict[str, float]:
-        return {"rollout/prefix_breaks": float(sum(s.prefix_breaks for s in self.sessions.values()))}
+        return {
+            "rollout/prefix_breaks": float(sum(s.prefix_breaks for s in self.sessions.values()))
+        }
 
     # -- rendering ------------------------------------------------------------------------------
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
@@ -227,9 +229,9 @@ def _has_reasoning_before_user(session: Session, new: list[dict]) -> bool:
 
 # -- HTTP ---------------------------------------------------------------------------------------
 def _choice_extras(ids: list[int], gen: Generation, chat: ChatFormat) -> dict:
-    tok = chat.tokenizer
+    tok: Any = chat.tokenizer
     content = [
-        {"token": tok.convert_ids_to_tokens(t), "logprob": lp, "bytes": None, "top_logprobs": []}
+        {"token": tok.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
         for t, lp in zip(gen.token_ids, gen.logprobs)
     ]
     return {
@@ -285,10 +287,10 @@ def build_app(endpoint: OpenAIEndpoint) -> Starlette:
         rid = endpoint.next_id("cmpl")
         gen = await endpoint.complete(request.headers.get(SESSION_HEADER), ids, body, rid)
         text = endpoint.chat.action_text(gen.token_ids)
-        choice = {"index": 0, "text": text, "finish_reason": _finish(gen, False)}
-        choice.update(_choice_extras(ids, gen, endpoint.chat))
-        tokens = [c["token"] for c in choice["logprobs"]["content"]]  # the legacy shape too
-        choice["logprobs"].update(tokens=tokens, token_logprobs=list(gen.logprobs))
+        extras = _choice_extras(ids, gen, endpoint.chat)
+        tokens = [c["token"] for c in extras["logprobs"]["content"]]  # the legacy shape too
+        extras["logprobs"].update(tokens=tokens, token_logprobs=list(gen.logprobs))
+        choice = {"index": 0, "text": text, "finish_reason": _finish(gen, False), **extras}
         return _answer(endpoint, rid, "text_completion", choice, ids, gen)
 
     async def models(request: Request) -> JSONResponse:
