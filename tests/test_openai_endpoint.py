@@ -192,7 +192,13 @@ async def test_bad_requests_get_a_clear_400(engine, tokenizer):
             )
         done = await client.completions.create(model="p", prompt="Hello", max_tokens=3)
         assert len(done.choices[0].token_ids) == len(done.choices[0].logprobs.token_logprobs) <= 3
+        endpoint.max_context_tokens = 4
+        with pytest.raises(openai.BadRequestError, match="rollout.max_context_tokens"):
+            await client.chat.completions.create(
+                model="p", messages=[{"role": "user", "content": "a longer message"}]
+            )
         await client.close()
+    assert not endpoint.pop_session("s4").trajectories  # refused calls record nothing
 
 
 def readme_agent_example() -> str:

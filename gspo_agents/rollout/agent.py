@@ -80,6 +80,7 @@ class AgentManager:
             engine,
             tokenizer,
             max_new_tokens=cfg.max_new_tokens_per_turn,
+            max_context_tokens=cfg.max_context_tokens,
             past_reasoning=cfg.past_reasoning,
             tool_format=cfg.tool_format,
         )

@@ -62,6 +62,8 @@ class Session:
     last_messages: list[dict] = field(default_factory=list)
     last_ids: list[int] = field(default_factory=list)
     last_completion: list[int] = field(default_factory=list)
+    # One call of a session at a time, so turns are recorded in the order they were made.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
 
 class RequestError(ValueError):
@@ -78,6 +80,7 @@ class OpenAIEndpoint:
         *,
         model_name: str = "policy",
         max_new_tokens: int = 256,
+        max_context_tokens: int | None = None,
         past_reasoning: str = "keep",
         tool_format: str = "auto",
     ) -> None:
@@ -89,6 +92,7 @@ class OpenAIEndpoint:
         self.chat = ChatFormat(tokenizer)
         self.model_name = model_name
         self.max_new_tokens = max_new_tokens
+        self.max_context_tokens = max_context_tokens
         self.past_reasoning = past_reasoning
         fmt = resolve_tool_format(tool_format, getattr(tokenizer, "chat_template", None))
         self.parser = get_parser(fmt)
@@ -127,7 +131,7 @@ class OpenAIEndpoint:
         extends = (
             len(messages) > known
             and [_norm(m) for m in messages[:known]] == [_norm(m) for m in session.last_messages]
-            and not (self.past_reasoning == "strip" and _has_reasoning_before_user(session, new))
+            and not (self.past_reasoning == "strip" and self._reasoning_before_user(traj, new))
         )
         if extends:
             env_ids = self.chat.observation_ids(new, session.last_completion)
@@ -139,14 +143,35 @@ class OpenAIEndpoint:
         session.prefix_breaks += 1
         return ids, None, []
 
+    def _reasoning_before_user(self, traj: Trajectory, new: list[dict]) -> bool:
+        """Would Qwen3's rule (strip reasoning before the last user message) rewrite the
+        history? Read from what the model generated, not from the content returned (a reply
+        with tool calls returns its reasoning apart)."""
+        if not any(m.get("role") == "user" for m in new):
+            return False
+        return any(
+            "</think>" in self.chat.action_text(s.token_ids)
+            for s in traj.segments
+            if s.kind == "model"
+        )
+
     # -- generation -----------------------------------------------------------------------------
     async def complete(
         self, session_id: str | None, ids: list[int], body: dict, rid: str
     ) -> Generation:
+        asked = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
+        budget = int(asked)
+        if self.max_context_tokens is not None:
+            room = self.max_context_tokens - len(ids)
+            if room < 1:
+                raise RequestError(
+                    f"the prompt is {len(ids)} tokens, the context budget "
+                    f"(rollout.max_context_tokens) is {self.max_context_tokens}: shorten the "
+                    "history or raise the budget"
+                )
+            budget = min(budget, room)
         sampling = SamplingParams(
-            max_new_tokens=int(
-                body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
-            ),
+            max_new_tokens=budget,
             temperature=float(body.get("temperature") or 1.0),
             top_p=float(body.get("top_p") or 1.0),
             stop_token_ids=self.chat.stop_token_ids,
@@ -184,6 +209,8 @@ class OpenAIEndpoint:
         if not parsed.calls:
             return message, _finish(gen, False)
         message["content"] = parsed.content.strip() or None
+        if parsed.reasoning:
+            message["reasoning_content"] = parsed.reasoning
         message["tool_calls"] = [_openai_call(c) for c in parsed.calls]
         return message, _finish(gen, True)
 
@@ -215,16 +242,6 @@ def _norm(message: dict) -> tuple:
             args = json.loads(args) if isinstance(args, str) else args
         calls.append((fn.get("name"), json.dumps(args, sort_keys=True)))
     return (message.get("role"), message.get("content") or "", tuple(calls))
-
-
-def _has_reasoning_before_user(session: Session, new: list[dict]) -> bool:
-    """Would Qwen3's rule (strip reasoning before the last user message) rewrite the history?"""
-    if not any(m.get("role") == "user" for m in new):
-        return False
-    return any(
-        m.get("role") == "assistant" and "</think>" in (m.get("content") or "")
-        for m in session.last_messages
-    )
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
@@ -265,12 +282,13 @@ def build_app(endpoint: OpenAIEndpoint) -> Starlette:
             raise RequestError("messages must be a non-empty list of chat messages")
         sid = request.headers.get(SESSION_HEADER)
         session = endpoint.session(sid) if sid else None
-        ids, traj, env_ids = endpoint.prompt_for(session, messages, tools)
-        rid = endpoint.next_id(sid or "call")
-        gen = await endpoint.complete(sid, ids, body, rid)
-        reply, finish = endpoint.reply_message(gen, tools)
-        if session is not None:
-            endpoint.record(session, traj, ids, env_ids, gen, messages, reply)
+        async with session.lock if session is not None else contextlib.nullcontext():
+            ids, traj, env_ids = endpoint.prompt_for(session, messages, tools)
+            rid = endpoint.next_id(sid or "call")
+            gen = await endpoint.complete(sid, ids, body, rid)
+            reply, finish = endpoint.reply_message(gen, tools)
+            if session is not None:
+                endpoint.record(session, traj, ids, env_ids, gen, messages, reply)
         choice = {"index": 0, "message": reply, "finish_reason": finish}
         choice.update(_choice_extras(ids, gen, endpoint.chat))
         return _answer(endpoint, rid, "chat.completion", choice, ids, gen)
