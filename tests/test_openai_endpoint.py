@@ -263,3 +263,42 @@ async def test_tool_calls_come_back_as_openai_tool_calls_and_the_reply_extends(t
     (traj,) = session.trajectories
     assert [s.token_ids for s in traj.segments if s.kind == "model"] == [turn1, turn2]
     assert "3" in tokenizer.decode(traj.segments[1].token_ids)  # the tool result, appended
+
+
+async def test_agent_failures_are_error_trajectories_never_reward_zero(engine, tokenizer):
+    from gspo_agents.rollout.agent import AgentManager
+    from gspo_agents.rollout.records import RolloutConfig
+    from gspo_agents.trajectory import Status
+
+    async def agent(ctx):
+        if ctx.task["id"] == "no-call":
+            return 1.0
+        client = openai.AsyncOpenAI(base_url=ctx.base_url, api_key="-", default_headers=ctx.headers)
+        messages = [{"role": "user", "content": "hi"}]
+        await client.chat.completions.create(model=ctx.model, messages=messages, max_tokens=3)
+        await client.close()
+        if ctx.task["id"] == "raises":
+            raise RuntimeError("the scaffold crashed")
+        return ctx.task["id"]  # a string: the reward_fn turns it into a number
+
+    def reward_fn(task, returned, session):
+        return 0.25 if returned == "scored" else None
+
+    cfg = RolloutConfig(num_samples_per_task=2, max_new_tokens_per_turn=4)
+    manager = AgentManager(engine, tokenizer, agent, cfg, reward_fn=reward_fn)
+    try:
+        result = await manager.collect(
+            [{"id": "scored"}, {"id": "raises"}, {"id": "no-call"}, {"id": "unscored"}]
+        )
+    finally:
+        await manager.aclose()
+    scored, raised, no_call, unscored = result.groups
+    assert [t.reward for t in scored] == [0.25, 0.25] and scored[0].status == Status.COMPLETE
+    for group, why in [
+        (raised, "RuntimeError in the agent"),
+        (no_call, "made no call"),
+        (unscored, "not a reward"),
+    ]:
+        assert all(t.status == Status.ERROR and t.reward is None for t in group), why
+        assert why in group[0].error
+    assert result.metrics["rollout/error"] == 6.0

@@ -114,9 +114,20 @@ class OpenAIEndpoint:
 
     # -- rendering ------------------------------------------------------------------------------
     def _render(self, messages: list[dict], tools: list[dict] | None) -> list[int]:
+        """The whole history through the template. Tool results are program output, untrusted
+        as on the env path: a special-token string in one stays text (ChatFormat._defuse)."""
         if self.past_reasoning == "strip":
             messages = strip_past_reasoning(messages)
-        return self.chat.prompt_ids(messages, tools=tools)
+        safe = [
+            {
+                **m,
+                "content": self.chat._defuse(m.get("content") or "")
+                if m.get("role") == "tool"
+                else m.get("content") or "",
+            }
+            for m in messages
+        ]
+        return self.chat.prompt_ids(safe, tools=tools)
 
     def prompt_for(
         self, session: Session | None, messages: list[dict], tools: list[dict] | None
