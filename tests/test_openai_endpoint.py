@@ -302,3 +302,16 @@ async def test_agent_failures_are_error_trajectories_never_reward_zero(engine, t
         assert all(t.status == Status.ERROR and t.reward is None for t in group), why
         assert why in group[0].error
     assert result.metrics["rollout/error"] == 6.0
+
+
+def test_past_reasoning_is_a_checked_choice():
+    from gspo_agents import Trainer
+    from gspo_agents.config import ConfigError
+    from gspo_agents.rollout.records import RolloutConfig
+
+    assert Trainer().config.rollout.past_reasoning == "keep"
+    assert Trainer("rollout.past_reasoning=strip").config.rollout.past_reasoning == "strip"
+    with pytest.raises(ConfigError, match="strip"):
+        Trainer("rollout.past_reasoning=strp")
+    with pytest.raises(ValueError, match="past_reasoning"):
+        RolloutConfig(past_reasoning="drop")
