@@ -12,12 +12,14 @@ import re
 from pathlib import Path
 
 import pytest
-from test_manager_support import forward_logprobs, tiny_model_dir, tiny_tokenizer
+from test_manager_support import forward_logprobs, model_positions, tiny_model_dir, tiny_tokenizer
 
 from gspo_agents.rollout.chat import ChatFormat, strip_past_reasoning
 from gspo_agents.rollout.engine import Generation
 from gspo_agents.rollout.local_engine import LocalEngine
 from gspo_agents.rollout.openai_endpoint import SESSION_HEADER, OpenAIEndpoint, serve_endpoint
+from gspo_agents.rollout.sglang_engine import SGLangEngine
+from gspo_agents.serve import launch
 
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,14 +95,32 @@ async def test_multi_turn_agent_trajectory_is_the_engines_tokens(engine, tokeniz
         assert after.model_extra["prompt_token_ids"][: len(prev)] == prev
     last = replies[-1]
     assert traj.token_ids == last.model_extra["prompt_token_ids"] + last.choices[0].token_ids
-    # The engine's log-probs are the model's on the recorded sequence (the engine's own ids).
+    _assert_engine_logprobs(traj, model_dir)
+
+
+def _assert_engine_logprobs(traj, model_dir: str) -> None:
+    """The engine's log-probs are the model's on the recorded sequence: the ids are the ones
+    the engine continued from, byte for byte."""
     reference = forward_logprobs(model_dir, traj.token_ids)
-    pos = len(traj.prompt_ids)
-    for seg in traj.segments:
-        if seg.kind == "model":
-            for i, lp in enumerate(seg.logprobs):
-                assert math.isclose(lp, reference[pos + i], abs_tol=1e-4)
-        pos += len(seg.token_ids)
+    for pos, _, lp, _ in model_positions(traj):
+        assert math.isclose(lp, reference[pos], abs_tol=1e-4), pos
+
+
+async def test_the_endpoint_fronts_sglang_workers_over_http(model_dir, tokenizer):
+    """The proxy in front of SGLang workers: SGLangEngine over real HTTP to a
+    `python -m gspo_agents.serve` worker, sticky per session; the same recording."""
+    with launch(model_path=model_dir, extra_args=["--num-threads", "1"]) as worker:
+        engine = SGLangEngine([worker.url])
+        try:
+            endpoint = OpenAIEndpoint(engine, tokenizer)
+            async with serve_endpoint(endpoint) as base_url:
+                replies = await _scripted_agent(base_url, "h1", turns=2)
+        finally:
+            await engine.close()
+    (traj,) = endpoint.pop_session("h1").trajectories
+    last = replies[-1]
+    assert traj.token_ids == last.model_extra["prompt_token_ids"] + last.choices[0].token_ids
+    _assert_engine_logprobs(traj, model_dir)
 
 
 async def test_a_history_that_does_not_extend_is_a_counted_prefix_break(engine, tokenizer):
