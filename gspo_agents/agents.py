@@ -24,9 +24,11 @@ def train_agent(
     reward_fn: RewardFn | None = None,
 ) -> list[dict[str, Any]]:
     """Train `trainer.steps` steps on `tasks` (dict rows; `id` names a task); returns each
-    step's metrics (`reward_mean`, `loss`, `rollout/prefix_breaks`, ...)."""
+    step's metrics (`reward_mean`, `loss`, `rollout/prefix_breaks`, ...). Weights go to
+    `trainer.run_dir`/weights, some sessions as text to `trainer.run_dir`/samples."""
     from omegaconf import OmegaConf
 
+    from gspo_agents import samples
     from gspo_agents.api import Trainer
     from gspo_agents.batching import tasks_for_step
     from gspo_agents.components import base_model_dir, build_engine
@@ -56,6 +58,10 @@ def train_agent(
                     tasks_for_step(tasks, step, t.tasks_per_step, t.seed)
                 )
                 metrics = await train_step(cfg, learner, manager, result, run_dir, step)
+                # what the agent's sessions were, as text (python -m gspo_agents.samples RUN_DIR)
+                samples.save_if_due(
+                    cfg, run_dir, step + 1, result.groups, manager.chat.tokenizer, False
+                )
                 history.append(metrics)
         finally:
             await manager.aclose()

@@ -243,6 +243,8 @@ def test_the_readme_agent_loop_trains_two_steps_as_written(tmp_path, monkeypatch
         assert m["rollout/complete"] == 8 and m["rollout/num_turns_mean"] == 2
     assert steps[1]["rollout/weight_version"] == 1.0  # step 2 ran on step 1's weights
     assert (tmp_path / "runs/agent-demo/weights/step2").is_dir()
+    (saved, *_) = (tmp_path / "runs/agent-demo/samples/step2.jsonl").read_text().splitlines()
+    assert [t["role"] for t in json.loads(saved)["turns"]] == ["model", "env", "model"]
 
 
 async def test_tool_calls_come_back_as_openai_tool_calls_and_the_reply_extends(tokenizer):
