@@ -49,7 +49,9 @@ def _client(base_url: str, session_id: str):
 
 
 async def _scripted_agent(base_url: str, session_id: str, turns: int = 3) -> list:
-    """A plain multi-turn chat agent: what it gets back it sends back, then a new user turn."""
+    """A plain multi-turn chat agent: what it gets back it sends back, then a new user turn.
+    It asks for temperature 0.3, which the endpoint ignores (the trainer's sampling rules: the
+    log-prob checks below are at temperature 1)."""
     client = _client(base_url, session_id)
     messages: list[dict] = [
         {"role": "system", "content": "You count."},
@@ -58,7 +60,7 @@ async def _scripted_agent(base_url: str, session_id: str, turns: int = 3) -> lis
     replies = []
     for turn in range(turns):
         reply = await client.chat.completions.create(
-            model="policy", messages=messages, max_tokens=6, temperature=1.0
+            model="policy", messages=messages, max_tokens=6, temperature=0.3
         )
         replies.append(reply)
         messages.append(reply.choices[0].message.model_dump(exclude_none=True))

@@ -81,6 +81,9 @@ class AgentManager:
             tokenizer,
             max_new_tokens=cfg.max_new_tokens_per_turn,
             max_context_tokens=cfg.max_context_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
             past_reasoning=cfg.past_reasoning,
             tool_format=cfg.tool_format,
         )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import socket
@@ -81,6 +82,9 @@ class OpenAIEndpoint:
         model_name: str = "policy",
         max_new_tokens: int = 256,
         max_context_tokens: int | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
         past_reasoning: str = "keep",
         tool_format: str = "auto",
     ) -> None:
@@ -93,6 +97,9 @@ class OpenAIEndpoint:
         self.model_name = model_name
         self.max_new_tokens = max_new_tokens
         self.max_context_tokens = max_context_tokens
+        # The trainer's sampling, not the request's: the learner computes log-probs at this
+        # temperature, so a client's own temperature / top_p would bias every ratio.
+        self.sampling = SamplingParams(1, temperature, top_p, top_k, self.chat.stop_token_ids)
         self.past_reasoning = past_reasoning
         fmt = resolve_tool_format(tool_format, getattr(tokenizer, "chat_template", None))
         self.parser = get_parser(fmt)
@@ -171,7 +178,7 @@ class OpenAIEndpoint:
         self, session_id: str | None, ids: list[int], body: dict, rid: str
     ) -> Generation:
         asked = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_new_tokens
-        budget = int(asked)
+        budget = min(int(asked), self.max_new_tokens)  # rollout.max_new_tokens_per_turn caps it
         if self.max_context_tokens is not None:
             room = self.max_context_tokens - len(ids)
             if room < 1:
@@ -181,12 +188,9 @@ class OpenAIEndpoint:
                     "history or raise the budget"
                 )
             budget = min(budget, room)
-        sampling = SamplingParams(
-            max_new_tokens=budget,
-            temperature=float(body.get("temperature") or 1.0),
-            top_p=float(body.get("top_p") or 1.0),
-            stop_token_ids=self.chat.stop_token_ids,
-            seed=body.get("seed"),
+        seed = body.get("seed")
+        sampling = dataclasses.replace(
+            self.sampling, max_new_tokens=budget, seed=None if seed is None else int(seed)
         )
         return await self.engine.generate(ids, sampling, rid, route_key=session_id)
 
