@@ -220,7 +220,8 @@ async def test_bad_requests_get_a_clear_400(engine, tokenizer):
                 model="p", messages=[{"role": "user", "content": "a longer message"}]
             )
         await client.close()
-    assert not endpoint.pop_session("s4").trajectories  # refused calls record nothing
+    session = endpoint.pop_session("s4")  # the completion only: refused calls record nothing
+    assert session.calls == len(session.trajectories) == 1 and session.prefix_breaks == 0
 
 
 def readme_agent_example() -> str:
@@ -339,3 +340,22 @@ def test_past_reasoning_is_a_checked_choice():
         Trainer("rollout.past_reasoning=strp")
     with pytest.raises(ValueError, match="past_reasoning"):
         RolloutConfig(past_reasoning="drop")
+
+
+async def test_token_in_completions_record_extend_and_break(engine, tokenizer):
+    endpoint = OpenAIEndpoint(engine, tokenizer)
+    prompt = ChatFormat(tokenizer).prompt_ids([{"role": "user", "content": "Count."}])
+    async with serve_endpoint(endpoint) as base_url:
+        client = _client(base_url, "t1")
+        first = await client.completions.create(model="p", prompt=prompt, max_tokens=4)
+        more = [*prompt, *first.choices[0].token_ids, *tokenizer.encode("\nok")]
+        second = await client.completions.create(model="p", prompt=more, max_tokens=4)
+        await client.completions.create(model="p", prompt=prompt[:3], max_tokens=2)
+        await client.close()
+    session = endpoint.pop_session("t1")
+    assert session.prefix_breaks == 1 and session.calls == 3
+    a, b = session.trajectories
+    assert a.token_ids == more + second.choices[0].token_ids
+    assert [s.kind for s in a.segments] == ["model", "env", "model"]
+    assert a.segments[1].token_ids == tokenizer.encode("\nok")
+    assert b.prompt_ids == prompt[:3]

@@ -9,7 +9,7 @@ trajectories of the agents that call it.
 choice, vLLM's `return_token_ids` shape), `choices[].token_ids` and `choices[].completion_logprobs`.
 
 Recording: every call carrying the `X-Session-Id` header is appended to that session's
-trajectory. When the history a call sends is the previous call's history plus the assistant
+trajectory (a `/v1/completions` call with token ids: those ids, extending or breaking as below). When the history a call sends is the previous call's history plus the assistant
 message this endpoint returned plus new messages, only the new messages are rendered and appended
 after the engine's own tokens (`ChatFormat.observation_ids`): the model's ids are never decoded
 and re-encoded. Otherwise the whole history is rendered; if those ids do not start with the
@@ -147,19 +147,26 @@ class OpenAIEndpoint:
         known = len(session.last_messages)
         new = messages[known:]
         extends = (
-            len(messages) > known
+            0 < known < len(messages)
             and [_norm(m) for m in messages[:known]] == [_norm(m) for m in session.last_messages]
             and not (self.past_reasoning == "strip" and self._reasoning_before_user(traj, new))
         )
         if extends:
             env_ids = self.chat.observation_ids(new, session.last_completion)
             return session.last_ids + session.last_completion + env_ids, traj, env_ids
-        ids = self._render(messages, tools)
+        return self.continuing(session, self._render(messages, tools))
+
+    def continuing(
+        self, session: Session, ids: list[int]
+    ) -> tuple[list[int], Trajectory | None, list[int]]:
+        """`ids` extend the session's last prompt + completion, or they start a new trajectory
+        (a prefix break, counted when the turn is recorded: a refused call breaks nothing)."""
+        if not session.trajectories:
+            return ids, None, []
         before = session.last_ids + session.last_completion
         if ids[: len(before)] == before:
-            return ids, traj, ids[len(before) :]
-        session.prefix_breaks += 1
-        return ids, None, []
+            return ids, session.trajectories[-1], ids[len(before) :]
+        return ids, None, []  # a break: record() counts it once the turn is made
 
     def _reasoning_before_user(self, traj: Trajectory, new: list[dict]) -> bool:
         """Would Qwen3's rule (strip reasoning before the last user message) rewrite the
@@ -205,6 +212,7 @@ class OpenAIEndpoint:
         reply: dict,
     ) -> None:
         if traj is None:
+            session.prefix_breaks += bool(session.trajectories)
             traj = Trajectory(list(ids), task_id=session.session_id)
             session.trajectories.append(traj)
         traj.append_env(env_ids)
@@ -212,7 +220,7 @@ class OpenAIEndpoint:
         traj.close_turn()
         traj.num_turns += 1
         session.calls += 1
-        session.last_messages = [*messages, reply]
+        session.last_messages = [*messages, reply] if messages else []  # [] after token in
         session.last_ids, session.last_completion = list(ids), list(gen.token_ids)
 
     def reply_message(self, gen: Generation, tools: list[dict] | None) -> tuple[dict, str]:
@@ -317,8 +325,15 @@ def build_app(endpoint: OpenAIEndpoint) -> Starlette:
             ids = list(prompt)  # token in: the ids as given
         else:
             raise RequestError("prompt must be a string or a list of token ids")
-        rid = endpoint.next_id("cmpl")
-        gen = await endpoint.complete(request.headers.get(SESSION_HEADER), ids, body, rid)
+        sid = request.headers.get(SESSION_HEADER)
+        session = endpoint.session(sid) if sid else None
+        async with session.lock if session is not None else contextlib.nullcontext():
+            rid = endpoint.next_id(sid or "cmpl")
+            if session is not None:  # token in: recorded as given, extending or breaking
+                ids, traj, env_ids = endpoint.continuing(session, ids)
+            gen = await endpoint.complete(sid, ids, body, rid)
+            if session is not None:
+                endpoint.record(session, traj, ids, env_ids, gen, [], {})
         text = endpoint.chat.action_text(gen.token_ids)
         extras = _choice_extras(ids, gen, endpoint.chat)
         tokens = [c["token"] for c in extras["logprobs"]["content"]]  # the legacy shape too
