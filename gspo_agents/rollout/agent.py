@@ -140,6 +140,7 @@ class AgentManager:
         sid = f"{group_id}-{sample}-{uuid.uuid4().hex[:8]}"
         ctx = AgentContext(self._base_url, sid, task, self.endpoint.model_name)
         error: str | None = None
+        tb: str | None = None
         returned: Any = None
         async with self._live:
             try:
@@ -162,7 +163,7 @@ class AgentManager:
             if error is not None:
                 traj.status, traj.error, traj.reward = Status.ERROR, error, None
                 traj.info["error_kind"] = "agent"
-                if "tb" in locals():
+                if tb is not None:
                     traj.info["traceback"] = tb
             else:
                 traj.status, traj.reward = Status.COMPLETE, reward
