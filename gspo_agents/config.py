@@ -259,6 +259,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("algorithm", "old_logprobs"): ("engine", "recompute", "decoupled"),
     ("algorithm", "routing_replay_source"): ("trainer", "engine"),
     ("logger", "wandb_mode"): ("offline", "online", "disabled"),
+    ("rollout", "past_reasoning"): ("keep", "strip"),
 }
 
 

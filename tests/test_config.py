@@ -47,6 +47,7 @@ rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context
 rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
 rollout.max_staleness_steps rollout.max_version_lag rollout.trajectory_timeout_s rollout.seed
 rollout.tool_format
+rollout.past_reasoning
 trainer.steps trainer.tasks_per_step trainer.lr trainer.weight_decay trainer.warmup_steps
 trainer.max_grad_norm trainer.num_minibatches trainer.ppo_epochs trainer.micro_batch_tokens
 trainer.share_prompt_prefix trainer.logprob_chunk_tokens trainer.packing trainer.activation_checkpointing trainer.nproc trainer.seed trainer.save_every_steps trainer.resume trainer.resume_with_changes trainer.max_failed_steps trainer.async_rollouts trainer.eval_every_steps trainer.run_dir

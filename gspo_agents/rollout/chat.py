@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from envs.base import Message
 
-__all__ = ["ChatFormat", "ChatTemplateError"]
+__all__ = ["ChatFormat", "ChatTemplateError", "strip_past_reasoning"]
 
 # A string no real conversation contains and no template rewrites (no whitespace, no markup).
 _SENTINEL = "GSPOSENTINELq7Zk"
@@ -181,6 +181,23 @@ class ChatFormat:
                 "rollouts need a template whose past turns do not change"
             )
         return rest[len(eot_text) :]
+
+
+def strip_past_reasoning(messages: list[Message]) -> list[Message]:
+    """`rollout.past_reasoning=strip`: Qwen3's rule, applied before rendering. Assistant messages
+    before the last user message keep only what follows their last `</think>` (leading newlines
+    dropped); later ones, and every other message, are left as they are. The ids this renders
+    for the history differ from the ones the model generated, so a conversation rendered this
+    way is a new sequence, not an extension of the previous turn's tokens."""
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if i < last_user and m.get("role") == "assistant" and isinstance(content, str):
+            if "</think>" in content:
+                m = {**m, "content": content.rsplit("</think>", 1)[1].lstrip("\n")}
+        out.append(m)
+    return out
 
 
 def _reference_conversation() -> list[Message]:

@@ -109,6 +109,12 @@ class RolloutManager:
         self._update_lock = asyncio.Lock()
         self._live = asyncio.Semaphore(cfg.max_live_trajectories)
         self._prefetch: collections.deque[asyncio.Task[RolloutResult]] = collections.deque()
+        if cfg.past_reasoning != "keep":
+            log.warning(
+                "rollout.past_reasoning=%s has no effect on an env's episodes: their ids are "
+                "appended, never re-rendered (it applies to the OpenAI endpoint's agents)",
+                cfg.past_reasoning,
+            )
         if not self._sampling(1).full_support:
             log.warning(
                 "rollout top_p=%s top_k=%s: the engine's log-probs are of the full distribution "

@@ -37,6 +37,10 @@ class RolloutConfig:
     # tool envs' call format: auto (the one the model's chat template teaches), hermes, qwen3_coder
     # or a parser registered with envs.tools.register_parser; env.kwargs.tool_parser overrides it
     tool_format: str = "auto"
+    # assistant reasoning in a history the OpenAI endpoint renders from messages: keep (what was
+    # generated; the history extends the engine's tokens) or strip (Qwen3's template rule: drop
+    # <think>...</think> before the last user message; every such turn starts a new sequence)
+    past_reasoning: str = "keep"
 
     def __post_init__(self) -> None:
         positive = (
@@ -59,6 +63,10 @@ class RolloutConfig:
         if self.trajectory_timeout_s <= 0:
             raise ValueError(
                 f"rollout.trajectory_timeout_s must be > 0, got {self.trajectory_timeout_s}"
+            )
+        if self.past_reasoning not in ("keep", "strip"):
+            raise ValueError(
+                f"rollout.past_reasoning={self.past_reasoning!r} is not one of ['keep', 'strip']"
             )
         # Validates temperature/top_p/top_k the same way every request will.
         SamplingParams(1, self.temperature, self.top_p, self.top_k)
