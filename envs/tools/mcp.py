@@ -82,7 +82,7 @@ class McpTools:
         ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._task = asyncio.ensure_future(self._serve(ready))
         try:
-            self.client = await asyncio.wait_for(asyncio.shield(ready), self.timeout_s)
+            self.client = await asyncio.wait_for(ready, self.timeout_s)
             listed = await asyncio.wait_for(self.client.list_tools(), self.timeout_s)
         except (asyncio.CancelledError, InfraError):
             await self.close()
@@ -97,6 +97,8 @@ class McpTools:
 
         try:
             async with Client(self.server, read_timeout_seconds=self.timeout_s) as client:
+                if ready.done():  # open() gave up waiting
+                    return
                 ready.set_result(client)
                 await self._stop.wait()
         except BaseException as exc:
