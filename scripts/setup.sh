@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up gspo-agents on a fresh machine:
 #   1. Python packages: CPU PyTorch unless one is installed, the project in editable mode with
-#      its test extras (and, under CI=true or with --sglang-conformance, SGLang's request classes
-#      for the conformance test);
+#      its test extras and interop (verifiers, mcp), and (under CI=true or with
+#      --sglang-conformance) SGLang's request classes for the conformance test;
 #   2. the sandbox (Docker engine and daemon, bubblewrap, the sandbox image) via
 #      .ci/setup_sandbox.sh, when run as root on Debian/Ubuntu.
 # The sandbox is only needed by envs that run generated code (codeforces, mathtool). If it cannot
@@ -24,8 +24,8 @@ python_packages() {
     "$PY" -m pip install "torch==2.13.0" \
       || "$PY" -m pip install torch --index-url https://download.pytorch.org/whl/cpu
   fi
-  echo "setup: [2/3] gspo-agents and its test extras (pip install -e '.[dev]')" >&2
-  "$PY" -m pip install -e ".[dev]"
+  echo "setup: [2/3] gspo-agents and its test extras (pip install -e '.[dev,interop]')" >&2
+  "$PY" -m pip install -e ".[dev,interop]"  # interop: verifiers and mcp (env=verifiers, MCP tools)
   # SGLang's request classes for the conformance test, outside this environment (see the script).
   if [[ "${CI:-}" == "true" ]] || [[ "$FLAGS" == *" --sglang-conformance "* ]]; then
     PYTHON="$PY" bash scripts/setup_sglang_conformance.sh

@@ -98,7 +98,9 @@ async def _exchange(ws: Any, command: str, request: dict, timeout_s: float) -> l
         replies.append(SessionMessage(message))
     if not answered:
         why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
-        replies.append(_error(rid, f"the MCP server {why} without answering: {result.stderr[-500:]}"))
+        replies.append(
+            _error(rid, f"the MCP server {why} without answering: {result.stderr[-500:]}")
+        )
     return replies
 
 

@@ -40,7 +40,9 @@ from envs.tools.mcp import McpTools, tool_from_mcp
 from envs.tools.parsers import ToolCall, run_parser
 from envs.tools.schema import Tool
 
-__all__ = ["VerifiersEnv", "load_verifiers"]
+__all__ = ["DEMO", "VerifiersEnv", "load_verifiers"]
+
+DEMO = "envs.verifiers_env.demo_taskset"  # the taskset of a plain `env=verifiers`
 
 
 @functools.cache
@@ -52,7 +54,7 @@ def load_verifiers(env_id: str, taskset_json: str = "{}") -> tuple[Any, list[Any
         raise ImportError(
             "env=verifiers needs the verifiers package: pip install 'gspo-agents[interop]'"
         ) from exc
-    taskset = {**json.loads(taskset_json), "id": env_id}
+    taskset = {**json.loads(taskset_json), "id": _importable(env_id)}
     try:
         env = vf.load_environment(vf.resolve_env_config({"taskset": taskset}))
     except ModuleNotFoundError as exc:
@@ -72,12 +74,34 @@ def load_verifiers(env_id: str, taskset_json: str = "{}") -> tuple[Any, list[Any
     return env, tasks
 
 
+def _importable(env_id: str) -> str:
+    """The id to give verifiers' loader, which imports a taskset by its bare module name:
+    a dotted module path (`pkg.sub.taskset`) is imported here and made importable under its last
+    part."""
+    if "." not in env_id or "/" in env_id:
+        return env_id
+    import importlib
+    import sys
+
+    try:
+        module = importlib.import_module(env_id)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"env.kwargs.id={env_id!r}: {exc}") from exc
+    bare = env_id.rsplit(".", 1)[1]
+    if sys.modules.setdefault(bare, module) is not module:
+        raise ValueError(
+            f"env.kwargs.id={env_id!r}: verifiers imports tasksets by bare module name and "
+            f"{bare!r} is another module already; rename one of them"
+        )
+    return bare
+
+
 class VerifiersEnv(ToolEnv):
     """A verifiers taskset, driven turn by turn here; see the module docstring."""
 
     def __init__(
         self,
-        id: str,
+        id: str = DEMO,
         max_turns: int = 4,
         *,
         taskset: dict[str, Any] | None = None,
@@ -140,7 +164,9 @@ class VerifiersEnv(ToolEnv):
             for listed in server._tool_manager.list_tools():  # the schemas MCP list_tools gives
                 tools.append(
                     tool_from_mcp(
-                        _Listed(listed), self._mcp_call, name=_shown(toolset, listed.name),
+                        _Listed(listed),
+                        self._mcp_call,
+                        name=_shown(toolset, listed.name),
                         remote_name=f"{id(server)}:{listed.name}",
                     )
                 )
@@ -199,7 +225,8 @@ class VerifiersEnv(ToolEnv):
         return [], reward, True, False, info
 
     def _record_assistant(self, text: str) -> None:
-        from verifiers.v1.types import AssistantMessage, ToolCall as VfCall
+        from verifiers.v1.types import AssistantMessage
+        from verifiers.v1.types import ToolCall as VfCall
 
         items = run_parser(self._parse, text, self.tool_schemas()).items
         self._turn_call_ids = [f"call_{uuid.uuid4().hex[:12]}" for _ in items]

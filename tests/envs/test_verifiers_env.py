@@ -126,3 +126,25 @@ def test_the_readmes_verifiers_example_trains_two_steps(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert sum(r["num_signal_seqs"] for r in rows) > 0  # the rubric's spread moved the policy
     assert all(0 <= r["rollout/reward_mean"] <= 1.5 for r in rows)  # the weighted rubric
+    assert all(r["rollout/error"] == 0 for r in rows)
+
+
+@pytest.mark.slow  # a real (tiny) training, ~25 s on 2 cores
+def test_a_verifiers_tool_taskset_trains_two_steps(tmp_path):
+    code = (
+        "from gspo_agents import Trainer; Trainer('env=verifiers', 'env.kwargs.id=vf_calculator',"
+        " 'trainer.steps=2', 'trainer.run_dir=runs/calc').fit()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TASKS}"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "runs/calc/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["rollout/error"] == 0 for r in rows)  # the toolset's MCP server held up
+    assert "env: verifiers (4 tasks)" in proc.stderr

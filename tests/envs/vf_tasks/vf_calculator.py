@@ -50,7 +50,9 @@ class CalcTaskset(vf.Taskset[CalcTask, CalcConfig]):
     def load(self) -> list[CalcTask]:
         pairs = [(2, 3), (4, 1), (5, 5), (7, 2)]
         return [
-            CalcTask(CalcData(prompt=f"What is {a} + {b}? Use the tool.", a=a, b=b), self.config.task)
+            CalcTask(
+                CalcData(prompt=f"What is {a} + {b}? Use the tool.", a=a, b=b), self.config.task
+            )
             for a, b in pairs
         ]
 
