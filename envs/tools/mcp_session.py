@@ -15,8 +15,10 @@ server keeps between calls must live in the session's files, like any program's 
 call runs under the session's isolation, per-call limits and budget. Notifications from the
 client (e.g. cancellation) are not forwarded.
 
-A server that exits without answering, times out, or a session that fails gives the request a
-JSON-RPC error, which McpTools reports as InfraError: never a reward of 0.
+A server that exits without answering, or a session that fails, gives the request a JSON-RPC
+error, which McpTools reports as InfraError: never a reward of 0. A tool call stopped by the
+session's per-call limits (wall or CPU time, memory, the output cap) is the model's doing (its
+arguments made the tool do that): a failed call, shown to it. A listing that hits them is infra.
 """
 
 from __future__ import annotations
@@ -96,11 +98,19 @@ async def _exchange(ws: Any, command: str, request: dict, timeout_s: float) -> l
             continue  # the server's own prints are not protocol
         answered = answered or getattr(message, "id", None) == rid
         replies.append(SessionMessage(message))
-    if not answered:
-        why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
-        replies.append(
-            _error(rid, f"the MCP server {why} without answering: {result.stderr[-500:]}")
+    if answered:
+        return replies
+    if request.get("method") == "tools/call" and (
+        result.timed_out or result.oom_killed or result.stdout_cut
+    ):
+        # What the call's arguments made the tool do (run past the limits, flood its output)
+        # is the model's: a failed call it is shown, not an infrastructure error.
+        why = result.message or (
+            "its output passed the session's cap" if result.stdout_cut else "killed"
         )
+        return [*replies, _tool_failed(rid, f"the tool call was stopped: {why}")]
+    why = "timed out" if result.timed_out else f"exited with code {result.exit_code}"
+    replies.append(_error(rid, f"the MCP server {why} without answering: {result.stderr[-500:]}"))
     return replies
 
 
@@ -109,6 +119,19 @@ def _error(rid: Any, message: str) -> Any:
 
     payload = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": message}}
     return SessionMessage(_adapter().validate_python(payload))
+
+
+def _tool_failed(rid: int, message: str) -> Any:
+    from mcp.shared.message import SessionMessage
+
+    result = {
+        "content": [{"type": "text", "text": message}],
+        "isError": True,
+        "resultType": "complete",
+    }
+    return SessionMessage(
+        _adapter().validate_python({"jsonrpc": "2.0", "id": rid, "result": result})
+    )
 
 
 @functools.cache

@@ -81,13 +81,15 @@ async def test_an_mcp_server_in_the_session_gives_the_tools_and_a_crash_is_infra
     )
     try:
         messages, _ = await env.areset(options={"task": env.load_tasks("train")[0]})
-        assert {s["function"]["name"] for s in env.tool_schemas()} == {"add", "crash"}
+        assert {s["function"]["name"] for s in env.tool_schemas()} == {"add", "shout", "crash"}
         [add] = [s for s in env.tool_schemas() if s["function"]["name"] == "add"]
         assert add["function"]["parameters"]["required"] == ["a", "b"]
         obs, reward, done, _, _ = await env.astep(call("add", a=2, b=3))
         assert (obs, reward, done) == ([{"role": "tool", "content": "5"}], 0.0, False)
         obs, *_ = await env.astep(call("add", a="two", b=3))  # the model's mistake: shown
         assert obs[0]["content"].startswith("Error:") and "integer" in obs[0]["content"]
+        obs, *_ = await env.astep(call("shout", n=1 << 20))  # past the session's output cap
+        assert obs[0]["content"].startswith("Error: the tool call was stopped")  # the model's
         assert (await env.astep("It is 5."))[1:3] == (1.0, True)
         await env.areset(options={"task": env.load_tasks("train")[0]})
         with pytest.raises(InfraError, match="exited with code 3"):

@@ -40,11 +40,11 @@ async def test_single_turn_reward_is_the_weighted_rubric():
     # a tool call in a single-turn task is just text: the episode ends, scored
     obs, reward, done, truncated, info = await env.astep("dog " + call("x"))
     assert (obs, done, truncated) == ([], True, False)
-    short = 1.0 - min(len("dog " + call("x")), 80) / 80
+    short = 1.0 - min(len("dog " + call("x")), 400) / 400
     assert reward == pytest.approx(1.0 + 0.5 * short)
     assert info["verifiers"]["reward_says_the_word"] == 1.0
     await env.areset(options={"task": rows[1]})
-    assert (await env.astep("cat"))[1] == pytest.approx(0.5 * (1 - 3 / 80))
+    assert (await env.astep("cat"))[1] == pytest.approx(0.5 * (1 - 3 / 400))
     await env.aclose()
 
 
@@ -96,7 +96,7 @@ async def test_a_stdio_mcp_server_lists_calls_and_a_crash_is_infra():
     tools = McpTools(stdio_client(params), name="math server", timeout_s=20)
     try:
         listed = {t.name for t in await tools.open()}
-        assert listed == {"add", "crash"}
+        assert listed == {"add", "shout", "crash"}
         assert await tools.call("add", a=40, b=2) == "42"
         with pytest.raises(InfraError, match="math server"):
             await tools.call("crash")

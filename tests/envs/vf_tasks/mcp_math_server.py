@@ -1,4 +1,4 @@
-"""A small stdio MCP server (the mcp SDK's MCPServer, formerly FastMCP): `add`, and `crash`,
+"""A small stdio MCP server (the mcp SDK's MCPServer, formerly FastMCP): `add`, `shout` (as much output as asked for) and `crash`,
 which kills the server process (an infrastructure failure for the client)."""
 
 import os
@@ -12,6 +12,12 @@ server = MCPServer("math")
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
+
+
+@server.tool()
+def shout(n: int) -> str:
+    """Return n x's."""
+    return "x" * n
 
 
 @server.tool()

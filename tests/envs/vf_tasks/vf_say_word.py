@@ -17,7 +17,7 @@ class SayWordTask(vf.Task[SayWordData]):
 
     @vf.reward(weight=0.5)
     async def short(self, trace: vf.Trace) -> float:
-        return 1.0 - min(len(trace.last_reply), 80) / 80
+        return 1.0 - min(len(trace.last_reply), 400) / 400
 
 
 class SayWordConfig(vf.TasksetConfig):
