@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import re
 import shutil
 import site
 import subprocess
@@ -17,22 +18,19 @@ import pytest
 pytest.importorskip("mcp", reason="pip install 'gspo-agents[interop]'")
 
 from envs.errors import InfraError  # noqa: E402
-from envs.tools.mcp_env import McpToolEnv  # noqa: E402
 
 SERVER = Path(__file__).resolve().parent / "vf_tasks" / "mcp_math_server.py"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox"))
 from session_util import SESSION_BACKENDS, started_pool  # noqa: E402
 
 
-class MathMcpEnv(McpToolEnv):
-    def load_tasks(self, split):
-        return [{"id": "0", "a": 2, "b": 3}]
-
-    def initial_messages(self, task):
-        return [{"role": "user", "content": f"What is {task['a']} + {task['b']}?"}]
-
-    async def final_reward(self, text):
-        return float(str(self.task["a"] + self.task["b"]) in (text or ""))
+def docs_env_class() -> type:
+    """The MathMcpEnv of docs/agents.md ("MCP tools"), run as written."""
+    text = (Path(__file__).resolve().parents[2] / "docs/agents.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S) if "McpToolEnv" in b]
+    namespace: dict = {}
+    exec(compile(block, "docs/agents.md", "exec"), namespace)
+    return namespace["MathMcpEnv"]
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +72,7 @@ async def test_an_mcp_server_in_the_session_gives_the_tools_and_a_crash_is_infra
 ):
     pool = await started_pool(backend)  # fails under CI=true, skips elsewhere, if it cannot run
     await pool.aclose()
-    env = MathMcpEnv(
+    env = docs_env_class()(
         server_command="PYTHONPATH=/workspace/.mcp-site python3 server.py",
         server_files=server_files,
         backend=backend,
