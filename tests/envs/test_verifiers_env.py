@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,8 @@ from envs.tools.mcp import McpTools  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = Path(__file__).resolve().parent / "vf_tasks"
 sys.path.insert(0, str(TASKS))
+sys.path.insert(0, str(ROOT / "tests"))
+from doc_recipes import metrics_rows, readme_python_block  # noqa: E402
 
 
 def call(name: str, **arguments) -> str:
@@ -104,17 +105,10 @@ async def test_a_stdio_mcp_server_lists_calls_and_a_crash_is_infra():
         await tools.close()
 
 
-def readme_verifiers_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    [example] = [b for b in blocks if "env=verifiers" in b]
-    return example
-
-
 @pytest.mark.slow  # two real (tiny) trainings, ~25 s each on 2 cores
 def test_the_readmes_verifiers_example_trains_two_steps(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", readme_verifiers_example()],
+        [sys.executable, "-c", readme_python_block("env=verifiers")],
         capture_output=True,
         text=True,
         timeout=900,
@@ -122,7 +116,7 @@ def test_the_readmes_verifiers_example_trains_two_steps(tmp_path):
         env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TASKS}"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(x) for x in (tmp_path / "runs/vf/metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(tmp_path / "runs/vf")
     assert [r["step"] for r in rows] == [1, 2]
     assert sum(r["num_signal_seqs"] for r in rows) > 0  # the rubric's spread moved the policy
     assert all(0 <= r["rollout/reward_mean"] <= 1.5 for r in rows)  # the weighted rubric
@@ -144,7 +138,7 @@ def test_a_verifiers_tool_taskset_trains_two_steps(tmp_path):
         env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{TASKS}"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(x) for x in (tmp_path / "runs/calc/metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(tmp_path / "runs/calc")
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["rollout/error"] == 0 for r in rows)  # the toolset's MCP server held up
     assert "env: verifiers (4 tasks)" in proc.stderr
