@@ -67,9 +67,19 @@ def render_result(result: Any) -> str:
 class McpTools:
     """One MCP client connection for one episode (see the module docstring)."""
 
-    def __init__(self, server: Any, *, name: str = "MCP server", timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        server: Any,
+        *,
+        name: str = "MCP server",
+        timeout_s: float = 60.0,
+        mode: str = "auto",
+    ) -> None:
         self.server = server
         self.name = name
+        self.mode = (
+            mode  # the SDK's `mode=`: "auto" (discover, else the legacy handshake), a version
+        )
         self.timeout_s = timeout_s
         self.client: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -96,7 +106,8 @@ class McpTools:
         from mcp.client import Client
 
         try:
-            async with Client(self.server, read_timeout_seconds=self.timeout_s) as client:
+            client_cm = Client(self.server, read_timeout_seconds=self.timeout_s, mode=self.mode)
+            async with client_cm as client:
                 if ready.done():  # open() gave up waiting
                     return
                 ready.set_result(client)

@@ -69,7 +69,7 @@ class McpToolEnv(ToolEnv):
         return []  # listed from the server when the episode starts
 
     async def on_start(self) -> None:
-        from envs.tools.mcp_session import session_stdio
+        from envs.tools.mcp_session import MODERN, session_stdio
         from sandbox import SandboxError, SessionLimits
 
         ws = await self.session.open(SessionLimits(**self.limits))
@@ -81,7 +81,9 @@ class McpToolEnv(ToolEnv):
 
                 raise InfraError(f"could not upload the MCP server's files: {exc}") from exc
         transport = session_stdio(ws, self.server_command, timeout_s=self.call_timeout_s)
-        self.mcp = McpTools(transport, name="MCP server", timeout_s=self.call_timeout_s + 30)
+        self.mcp = McpTools(
+            transport, name="MCP server", timeout_s=self.call_timeout_s + 30, mode=MODERN
+        )
         listed = await self.mcp.open()
         self._tools = {t.name: tool_from_mcp(t, self.mcp.call) for t in listed}
 

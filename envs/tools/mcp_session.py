@@ -1,7 +1,7 @@
 """An MCP stdio server run inside an episode's sandbox session: an `mcp` client transport.
 
     ws = await session.open(SessionLimits(...))              # envs.tools.session.EpisodeSession
-    tools = McpTools(session_stdio(ws, "python3 server.py"), name="math server")
+    tools = McpTools(session_stdio(ws, "python3 server.py"), name="math server", mode=MODERN)
     listed = await tools.open()                              # list_tools, inside the sandbox
     text = await tools.call("add", a=1, b=2)                 # call_tool, inside the sandbox
 
@@ -9,8 +9,10 @@ Sessions run no process past the call that started it (sandbox/sessions/api.py: 
 call's CPU and memory are accounted for and limited), so the server is not one long-lived
 process: each request is one session `exec` that starts the server with the request on its stdin,
 keeps the stdin open until the server has written the response with that request's id, then
-closes it (the server exits at EOF). That suits MCP's stateless protocol (2026-07-28, the `mcp`
-2.x SDK: every request carries its protocol version and capabilities, no handshake); state a
+closes it (the server exits at EOF). That needs MCP's stateless protocol (2026-07-28, the `mcp`
+2.x SDK: every request carries its protocol version and capabilities, no handshake), so the
+client is pinned to it (`mode=MODERN`: no discovery probe, which a slow server start would time
+out into the legacy handshake, whose state a per-request server cannot keep); state a
 server keeps between calls must live in the session's files, like any program's there. Every
 call runs under the session's isolation, per-call limits and budget. Notifications from the
 client (e.g. cancellation) are not forwarded.
@@ -31,7 +33,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-__all__ = ["session_stdio"]
+__all__ = ["MODERN", "session_stdio"]
+
+MODERN = "2026-07-28"  # the stateless MCP version (mcp_types.version.MODERN_PROTOCOL_VERSIONS)
 
 # The server reads the request from a fifo that stays open until the server has answered it (or
 # died); then EOF lets it exit.
