@@ -56,8 +56,9 @@ class EncodedPrefixes:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def ids_bytes(self, key: str, input_ids: list[int]) -> bytes:
-        """`{"input_ids":[...` for `input_ids` (no closing bracket), reusing `key`'s prefix."""
+    def _encoded(self, key: str, input_ids: list[int]) -> bytearray:
+        """`{"input_ids":[...` for `input_ids` (no closing bracket), reusing `key`'s prefix;
+        the cache's own buffer (copy it before the next call)."""
         entry = self._entries.pop(key, None)
         n = 0 if entry is None else len(entry.ids)
         if entry is None or len(input_ids) < n or (n and input_ids[:n] != entry.ids):
@@ -72,7 +73,7 @@ class EncodedPrefixes:
         self._entries[key] = entry
         if len(self._entries) > self._max:
             self._entries.popitem(last=False)
-        return bytes(entry.encoded)
+        return entry.encoded
 
     def forget(self, key: str) -> None:
         self._entries.pop(key, None)
@@ -82,4 +83,5 @@ class EncodedPrefixes:
         if "input_ids" in rest:
             raise ValueError("rest must not hold input_ids: they come from the cache")
         tail = _dumps(rest)  # b"{...}" or b"{}"
-        return self.ids_bytes(key, input_ids) + b"]" + (b"," + tail[1:] if rest else b"}")
+        end = b"],%s" % tail[1:] if rest else b"]}"
+        return b"".join((self._encoded(key, input_ids), end))  # one copy of the prefix
