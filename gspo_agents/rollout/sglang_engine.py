@@ -73,6 +73,7 @@ from gspo_agents.rollout.engine import (
     SamplingParams,
     check_pause_mode,
 )
+from gspo_agents.rollout.sglang_body import EncodedPrefixes
 from gspo_agents.rollout.sglang_http import RETRYABLE, ControlClient, backoff_s
 from gspo_agents.rollout.sglang_lora import adapter_of, load_on_workers, why_not_adapter
 from gspo_agents.rollout.sglang_update import GroupUpdates
@@ -81,7 +82,7 @@ from gspo_agents.rollout.sglang_wire import (
     disk_update_body,
     error_message,
     flush_allowed,
-    generate_body,
+    generate_rest,
     json_body,
     parse_generation,
     parse_version,
@@ -181,6 +182,7 @@ class SGLangEngine(GroupUpdates):
             self._http, cooldown_s=down_cooldown_s, update_timeout_s=update_timeout_s
         )
         self._gen_timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
+        self._prefixes = EncodedPrefixes()  # per route key: the encoded ids last sent
         self._inflight: dict[str, _InFlight] = {}
         self._start_lock = asyncio.Lock()
         self._started = False
@@ -255,8 +257,9 @@ class SGLangEngine(GroupUpdates):
         key = route_key or route_key_of(request_id)
         if sampling.seed is not None and not self._seed_checked:
             self._warn_unless_deterministic()
+        # No copy of the history: the body is built from `input_ids` at once (one await in).
         work = self._generate_with_retries(
-            list(input_ids), sampling, request_id, key, routed_experts_start_len
+            input_ids, sampling, request_id, key, routed_experts_start_len
         )
         try:
             if self._deadline_s is None:
@@ -336,8 +339,10 @@ class SGLangEngine(GroupUpdates):
         try:
             resp = await self._http.client.post(
                 url + "/generate",
-                json=generate_body(input_ids, sampling, wire, routes_start, self._lora_name),
-                headers={ROUTING_KEY_HEADER: key},
+                content=self._prefixes.body(
+                    key, input_ids, generate_rest(sampling, wire, routes_start, self._lora_name)
+                ),
+                headers={ROUTING_KEY_HEADER: key, "content-type": "application/json"},
                 timeout=self._gen_timeout,
             )
         except asyncio.CancelledError:

@@ -203,9 +203,19 @@ def generate_body(
     """POST /generate: token ids in, sampled ids and their log-probs (output only) out; with
     `routes_start`, the MoE routed experts of positions [routes_start, seqlen - 1) too
     (GenerateReqInput.return_routed_experts / routed_experts_start_len, SGLang 0.5.23); with
-    `lora_name`, the loaded LoRA adapter to generate with."""
-    body = {
-        "input_ids": list(input_ids),
+    `lora_name`, the loaded LoRA adapter to generate with. The engine sends the same body
+    encoded incrementally (sglang_body.EncodedPrefixes over `generate_rest`)."""
+    return {"input_ids": list(input_ids), **generate_rest(sampling, rid, routes_start, lora_name)}
+
+
+def generate_rest(
+    sampling: SamplingParams,
+    rid: str,
+    routes_start: int | None = None,
+    lora_name: str | None = None,
+) -> dict[str, Any]:
+    """`generate_body` without its `input_ids`."""
+    body: dict[str, Any] = {
         "sampling_params": sampling_json(sampling),
         "return_logprob": True,
         "logprob_start_len": -1,

@@ -1,0 +1,87 @@
+"""The /generate request body built from a cached, JSON-encoded `input_ids` prefix (issue 33).
+
+An agent episode's token ids only grow turn by turn (token-in/token-out: the manager never
+re-renders or re-tokenises history), so re-serialising the whole history every turn made a turn
+cost linear in history (quadratic per episode). Here each episode (the engine's route key) keeps
+the encoded bytes of the ids it last sent; a turn encodes only the ids appended since.
+
+Exactness first: the cached prefix is used only when the new ids start with exactly the ids it
+encodes (a C-level list comparison, no Python loop and no re-encoding); anything else (a broken
+episode, a retried prefix, another caller on the same key) re-encodes from scratch. The bytes are
+byte-for-byte `json.dumps(generate_body(...), separators=(",", ":"))`, so the wire stays what
+SGLang 0.5.23's GenerateReqInput parses (tests/test_sglang_body.py checks both).
+
+SGLang 0.5.23 has sessions (`/open_session`, GenerateReqInput.session_params with
+rid/offset/replace/drop_previous_output, io_struct.SessionParams): the server keeps the context
+and a request sends only the new tokens. Not used: that context lives on one worker, so failover
+to another worker, a retry after an abort, a pause that drops a request, or a worker restart
+would need the whole history again anyway, and exactness would rest on the server's copy of our
+ids. We keep sending the full ids (the radix cache still reuses the KV) and make only the
+encoding incremental.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any
+
+_HEAD = b'{"input_ids":['
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class _Entry:
+    __slots__ = ("ids", "encoded")
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.encoded = bytearray(_HEAD)
+
+
+class EncodedPrefixes:
+    """Per-key cache of the encoded `input_ids` of the last request; LRU-bounded.
+
+    `encoded_ids` counts ids serialised over the cache's life (the test's measure of work)."""
+
+    def __init__(self, max_entries: int = 16384) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._max = max_entries
+        self.encoded_ids = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _encoded(self, key: str, input_ids: list[int]) -> bytearray:
+        """`{"input_ids":[...` for `input_ids` (no closing bracket), reusing `key`'s prefix;
+        the cache's own buffer (copy it before the next call)."""
+        entry = self._entries.pop(key, None)
+        n = 0 if entry is None else len(entry.ids)
+        if entry is None or len(input_ids) < n or (n and input_ids[:n] != entry.ids):
+            entry, n = _Entry(), 0
+        new = input_ids[n:]
+        if new:
+            if n:
+                entry.encoded += b","
+            entry.encoded += ",".join(map(str, map(int, new))).encode()
+            entry.ids.extend(new)
+            self.encoded_ids += len(new)
+        self._entries[key] = entry
+        if len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+        return entry.encoded
+
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
+
+    def body(self, key: str, input_ids: list[int], rest: dict[str, Any]) -> bytes:
+        """The whole body: `{"input_ids": input_ids, **rest}` as compact JSON bytes."""
+        if "input_ids" in rest:
+            raise ValueError("rest must not hold input_ids: they come from the cache")
+        tail = _dumps(rest)  # b"{...}" or b"{}"
+        end = b"],%s" % tail[1:] if rest else b"]}"
+        return b"".join((self._encoded(key, input_ids), end))  # one copy of the prefix

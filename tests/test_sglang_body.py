@@ -1,0 +1,59 @@
+"""The incrementally encoded /generate body is exactly the JSON of the whole body, and a turn's
+encoding work does not grow with the history (ids encoded are counted, not wall time)."""
+
+import json
+
+from gspo_agents.rollout.engine import SamplingParams
+from gspo_agents.rollout.sglang_body import EncodedPrefixes
+from gspo_agents.rollout.sglang_wire import generate_body, generate_rest
+
+
+def _sampling() -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=0, stop_token_ids=(2,)
+    )
+
+
+def _full(ids, routes=None, lora=None) -> bytes:
+    body = generate_body(ids, _sampling(), "r", routes, lora)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def test_body_is_byte_for_byte_the_json_of_the_full_body_turn_after_turn():
+    cache, ids = EncodedPrefixes(), []
+    for turn in range(5):
+        ids = ids + list(range(turn * 7, turn * 7 + 7))
+        rest = generate_rest(
+            _sampling(), "r", 3 if turn % 2 else None, "lora-a" if turn == 4 else None
+        )
+        got = cache.body("ep", ids, rest)
+        assert got == _full(ids, 3 if turn % 2 else None, "lora-a" if turn == 4 else None)
+        assert json.loads(got)["input_ids"] == ids
+    assert cache.body("empty", [], generate_rest(_sampling(), "r")) == _full([])
+
+
+def test_a_changed_history_is_re_encoded_never_served_from_the_stale_prefix():
+    cache = EncodedPrefixes()
+    cache.body("ep", [1, 2, 3], generate_rest(_sampling(), "r"))
+    rewritten = [1, 9, 3, 4]  # same length and last-but-one id, a different middle
+    assert cache.body("ep", rewritten, generate_rest(_sampling(), "r")) == _full(rewritten)
+    shorter = [1, 9]
+    assert cache.body("ep", shorter, generate_rest(_sampling(), "r")) == _full(shorter)
+
+
+def test_turn_encoding_work_is_the_new_ids_only_whatever_the_history():
+    cache = EncodedPrefixes()
+    for history in (1_000, 64_000):
+        ids = list(range(history))
+        cache.body(f"h{history}", ids, {})
+        before = cache.encoded_ids
+        ids.extend([5, 6, 7])
+        cache.body(f"h{history}", ids, {})
+        assert cache.encoded_ids - before == 3
+
+
+def test_the_cache_is_bounded():
+    cache = EncodedPrefixes(max_entries=2)
+    for key in "abc":
+        cache.body(key, [1], {})
+    assert len(cache) == 2
