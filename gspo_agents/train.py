@@ -29,14 +29,13 @@ from gspo_agents.components import (
 )
 from gspo_agents.config import (
     CONFIG_DIR,
-    ConfigError,
     check_choices,
     check_overrides,
     register_schemas,
 )
 from gspo_agents.env_sizing import apply_env_sizing, explicit_keys, fit_to_prompts, measure_prompts
 from gspo_agents.interrupt import StepAbandoned, StopSignals, say_stopped
-from gspo_agents.tracking import RunTracker
+from gspo_agents.wiring import build_held_out, build_learner, build_tracker, sync_start_weights
 
 # Modules that import torch (trajectory, batching, models, ...) are imported inside the functions
 # that use them: `python -m gspo_agents.train trainer.total_steps=5` is rejected before torch
@@ -44,51 +43,6 @@ from gspo_agents.tracking import RunTracker
 
 CONSOLE_KEYS = "reward_mean loss clip_frac_tokens ratio_max grad_norm errors step_time_s".split()
 CONSOLE_KEYS += ["eval/pass@1", "eval/pass@k"]  # on the steps with a held-out evaluation
-
-
-def build_learner(cfg: DictConfig, model_dir: str):
-    from gspo_agents.learner import Learner, LearnerConfig
-
-    t, a = cfg.trainer, cfg.algorithm
-    learner_cfg = LearnerConfig(
-        algorithm=a.name,
-        eps_low=a.eps_low,
-        eps_high=a.eps_high,
-        lr=t.lr,
-        weight_decay=t.weight_decay,
-        warmup_steps=t.warmup_steps,
-        max_grad_norm=t.max_grad_norm,
-        num_minibatches=t.num_minibatches,
-        micro_batch_tokens=t.micro_batch_tokens,
-        share_prompt_prefix=t.share_prompt_prefix,
-        logprob_chunk_tokens=t.logprob_chunk_tokens,
-        packing=t.packing,
-        activation_checkpointing=t.activation_checkpointing,
-        temperature=cfg.rollout.temperature,
-        seed=t.seed,
-        loss_agg=a.loss_agg,
-        old_logprobs=a.old_logprobs,
-        seq_is_cap=a.seq_is_cap,
-        seq_mask_bound=a.seq_mask_bound,
-        routing_replay=a.routing_replay,
-        routing_replay_source=a.routing_replay_source,
-        seq_is_ratio=a.seq_is_ratio,
-        loss_norm_tokens=cfg.rollout.max_context_tokens,
-        clip_ratio_c=a.clip_ratio_c,
-        kl_coef=a.kl_coef,
-        kl_estimator=a.kl_estimator,
-        entropy_coef=a.entropy_coef,
-        ppo_epochs=t.ppo_epochs,
-        lora=lora_config(cfg),
-    )
-    return Learner(model_dir, learner_cfg)
-
-
-def lora_config(cfg: DictConfig):
-    from gspo_agents.models import LoraConfig
-
-    lora = cfg.model.lora
-    return LoraConfig(lora.rank, lora.alpha, tuple(lora.target_modules), lora.dropout)
 
 
 async def training_loop(
@@ -242,7 +196,6 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
     from gspo_agents.learner_group import LearnerGroup, follow
     from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
-    from gspo_agents.rollout.sglang_engine import StartWeightsMismatch
 
     t = cfg.trainer
     random.seed(t.seed)
@@ -258,18 +211,7 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
     learner = LearnerGroup(learner)
     start_step = rundir.resume_from_checkpoint(learner, run_dir) if resume else 0
     engine = build_engine(cfg, model_dir, t.seed)
-    tracker = RunTracker(
-        run_dir,
-        config=OmegaConf.to_container(cfg, resolve=True),
-        wandb_mode=cfg.logger.wandb_mode,
-        wandb_project=cfg.logger.wandb_project,
-        run_name=run_dir.name,
-        total_steps=t.steps,
-        resume=start_step > 0,
-        console_every_steps=cfg.logger.console_every_steps,
-        start_step=start_step,
-        tensorboard=cfg.logger.tensorboard,
-    )
+    tracker = build_tracker(cfg, run_dir, start_step)
     print(
         f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)",
         file=sys.stderr,
@@ -277,23 +219,11 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
     rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
     env_factory = build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None))
     manager = RolloutManager(engine, env_factory, tokenizer, rollout_cfg)
-    held_out = None
-    if t.eval_every_steps:
-        from gspo_agents.eval import HeldOutEval
-
-        held_out = HeldOutEval(cfg, env, env_factory, tokenizer)
+    held_out = build_held_out(cfg, env, env_factory, tokenizer)
 
     async def main_async():
         try:
-            # The engine runs what the learner starts from, before step 1: an SGLang worker
-            # launched on other weights (the base model of a cold-started run) is given them.
-            weights = model_dir
-            if start_step:
-                weights = learner.export_hf(str(run_dir / "weights" / f"step{start_step}"))
-            try:
-                await manager.sync_start_weights(weights, start_step)
-            except StartWeightsMismatch as exc:
-                raise ConfigError(f"{exc} (engine.urls={list(cfg.engine.urls)})") from None
+            await sync_start_weights(cfg, manager, learner, model_dir, start_step)
             return await training_loop(
                 cfg, learner, manager, tasks, tracker, run_dir, start_step, held_out
             )
