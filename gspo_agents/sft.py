@@ -20,11 +20,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from gspo_agents.tracking import Progress
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used: `gspo-sft` (this module's `_main`) checks its overrides
+# first, so a typo is rejected without waiting for torch and transformers to load.
 
 SFT_CACHE = "~/.cache/gspo-agents/sft"
 MICRO_BATCH_TOKENS = 4096  # padded tokens per forward: bounds memory and padding waste
@@ -82,6 +86,8 @@ def describe_examples(examples, num_tasks: int) -> str:
 
 
 def _batch(examples, pad_id: int):
+    import torch
+
     length = max(len(p) + len(a) for p, a in examples)
     ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
     labels = torch.full((len(examples), length), -100, dtype=torch.long)
@@ -110,6 +116,8 @@ def length_buckets(examples, max_padded_tokens: int = MICRO_BATCH_TOKENS) -> lis
 def _accumulate_token_mean_loss(model, batch, pad_id: int) -> torch.Tensor:
     """Backward of the mean loss over all response tokens of `batch`, one bucket at a time;
     returns that mean (detached). The same gradient as one padded batch, less padding."""
+    import torch
+
     total = sum(len(answer) for _, answer in batch)
     loss_sum = torch.zeros(())
     for bucket in length_buckets(batch, MICRO_BATCH_TOKENS):
@@ -123,6 +131,8 @@ def _accumulate_token_mean_loss(model, batch, pad_id: int) -> torch.Tensor:
 
 def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: int, log=print):
     """Plain AdamW on the response tokens; returns the loss of the last step."""
+    import torch
+
     rng = random.Random(seed)
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -174,6 +184,7 @@ def ensure_cold_start(
     log=lambda msg: print(msg, file=sys.stderr, flush=True),
 ) -> str:
     """Return the directory of the cold-started model, training it once if it is not cached."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     key = cache_key(model_dir, env_name, env_kwargs, sft_cfg, seed)

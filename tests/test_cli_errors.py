@@ -63,6 +63,29 @@ def test_an_invalid_choice_value_is_rejected_before_torch_is_imported():
     assert "torch" not in imported_modules(done.stderr)
 
 
+SFT_ENTRY_POINT = """
+import sys
+sys.argv = ["gspo-sft", "trainer.sft.stepz=5"]
+from gspo_agents.sft import _main  # what the installed `gspo-sft` script runs
+try:
+    _main()
+except SystemExit as exc:
+    heavy = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+    print(f"exit {exc.code} heavy {heavy}")
+"""
+
+
+def test_gspo_sft_rejects_a_typo_before_torch_is_imported():
+    done = python("-c", SFT_ENTRY_POINT)
+    assert done.stdout.strip() == "exit 1 heavy []", done.stdout + done.stderr
+    line = one_error_line(done.stderr)
+    assert "trainer.sft.stepz" in line and "Did you mean 'steps'?" in line
+    # ... and as `python -m gspo_agents.sft`, which runs the module's top level first
+    done = python("-X", "importtime", "-m", "gspo_agents.sft", "trainer.total_steps=5")
+    assert done.returncode == 1 and "Did you mean 'steps'?" in one_error_line(done.stderr)
+    assert not {"torch", "transformers"} & imported_modules(done.stderr)
+
+
 def test_debug_shows_the_traceback():
     done = python("-m", "gspo_agents.train", "trainer.total_steps=5", "--debug")
     assert done.returncode == 1

@@ -187,6 +187,9 @@ def test_lora_under_fsdp2_trains_like_one_process_and_keeps_the_base_frozen(dens
     assert all(".lora_" in k for k in load_file(str(adapter / "adapter_model.safetensors")))
 
 
+# three 2-rank launches: slow like its full-weight twin test_sigkill_mid_training_then_resume_...;
+# the fast tier keeps the cheaper LoRA-under-FSDP2 test above
+@pytest.mark.slow
 def test_lora_sigkill_then_resume_under_fsdp2_is_exact(dense_dir, tmp_path):
     common = ["--model", dense_dir, "--steps", "4", "--save-every", "2", "--lora-rank", "4"]
     torchrun(SCRIPT, *common, "--out", str(tmp_path / "straight"), "--ckpt", str(tmp_path / "c1"))
