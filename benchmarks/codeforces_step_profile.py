@@ -115,7 +115,6 @@ def per_step() -> list[dict[str, float]]:
         row = {p: union(spans[p]) for p in PHASES}
         both = union(spans["generate"] + spans["judge"])
         row["overlap"] = row["generate"] + row["judge"] - both
-        row["idle"] = row["collect"] - both  # scheduling, chat formatting, between calls
         row["step"] = hi - lo
         named = row["collect"] + row["update"] + row["export"] + row["reload"] + row["log"]
         row["other"] = row["step"] - named  # prepare_batch, advantages, bookkeeping
