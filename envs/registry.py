@@ -38,6 +38,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "gspo/CodeAgent-v0": "envs.codeagent.env:CodeAgentEnv",
     "gspo/Codeforces-v0": "envs.codeforces.env:CodeforcesEnv",
     "gspo/SWE-v0": "envs.swe.env:SWEEnv",
+    "gspo/OpenEnv-v0": "envs.openenv.env:OpenEnvEnv",
 }
 # Command-line names (`env=math`) -> ids.
 SHORT_NAMES: dict[str, str] = {
@@ -49,6 +50,7 @@ SHORT_NAMES: dict[str, str] = {
     "codeagent": "gspo/CodeAgent-v0",
     "codeforces": "gspo/Codeforces-v0",
     "swe": "gspo/SWE-v0",
+    "openenv": "gspo/OpenEnv-v0",
 }
 
 _plugins_loaded: set[str] = set()
