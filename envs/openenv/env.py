@@ -92,11 +92,9 @@ class OpenEnvEnv(TextEnv):
         }
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        from openenv.core.generic_client import GenericEnvClient
-
         await self.aclose()
         task = (options or {}).get("task") or {"id": "seed-0", "seed": seed or 0}
-        self._client = GenericEnvClient(base_url=self.url, message_timeout_s=self.timeout_s)
+        self._client = _client_class()(base_url=self.url, message_timeout_s=self.timeout_s)
         await self._guard("connect", self._client.connect())
         out = await self._send("reset", self._client.reset(seed=int(task.get("seed", 0))))
         tools = await self._send("list_tools", self._client.step({"type": "list_tools"}))
@@ -153,6 +151,27 @@ class OpenEnvEnv(TextEnv):
                 await asyncio.wait_for(client.close(), self.timeout_s)
             except Exception:  # noqa: BLE001 - closing a dead session must not fail the episode
                 pass
+
+
+def _client_class() -> type:
+    """openenv's `GenericEnvClient` without WebSocket keepalive pings: the trainer's event loop
+    can be busy longer than the ping timeout (20 s) on a loaded CPU, which closed healthy
+    sessions; a dead server is still caught by the per-message timeout (`timeout_s`)."""
+    from openenv.core import env_client
+    from openenv.core.generic_client import GenericEnvClient
+
+    class Client(GenericEnvClient):
+        async def connect(self) -> Any:
+            if self._ws is None:
+                self._ws = await env_client.ws_connect(
+                    self._ws_url,
+                    open_timeout=self._connect_timeout,
+                    max_size=self._max_message_size,
+                    ping_interval=None,
+                )
+            return self
+
+    return Client
 
 
 def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:

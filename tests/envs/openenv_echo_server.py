@@ -6,6 +6,7 @@ tool `answer(value)` that ends the episode with reward 1.0 iff the value is righ
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from typing import Any
@@ -48,6 +49,9 @@ class SumEnv(MCPEnvironment):
         rng = random.Random(seed)
         a, b = rng.randint(1, 4), rng.randint(1, 4)
         self.expected = a + b
+        if os.environ.get("SUM_ENV_LOG"):  # the test counts the episodes that reached the server
+            with open(os.environ["SUM_ENV_LOG"], "a") as f:
+                f.write(f"reset {seed}\n")
         self._state = State(episode_id=episode_id or str(seed), step_count=0)
         return SumObservation(prompt=f"Compute {a}+{b} and call answer.", done=False, reward=0.0)
 
