@@ -111,8 +111,12 @@ def test_train_two_steps_on_an_openenv_server(sum_server, tmp_path):
     url, log = sum_server
     before = len(log.read_text().splitlines()) if log.exists() else 0
     run_dir = tmp_path / "run"
+    readme = (ROOT / "README.md").read_text()
+    line = next(
+        x for x in readme.splitlines() if x.startswith("python -m gspo_agents.train env=openenv")
+    )
     cmd = [
-        sys.executable, "-m", "gspo_agents.train", "env=openenv", f"env.kwargs.url={url}",
+        sys.executable, *line.replace("http://localhost:8000", url).split()[1:],
         "trainer.steps=2", "trainer.tasks_per_step=2", "rollout.num_samples_per_task=2",
         "algorithm.filter_zero_spread_groups=false", "logger.wandb_mode=disabled",
         f"trainer.run_dir={run_dir}",
