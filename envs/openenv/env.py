@@ -162,7 +162,7 @@ def _client_class() -> type:
 
     class Client(GenericEnvClient):
         async def connect(self) -> Any:
-            if self._ws is None:
+            if self._ws is None:  # type: ignore[has-type]
                 self._ws = await env_client.ws_connect(
                     self._ws_url,
                     open_timeout=self._connect_timeout,
