@@ -39,6 +39,7 @@ BUILTIN_ENVS: dict[str, str] = {
     "gspo/Codeforces-v0": "envs.codeforces.env:CodeforcesEnv",
     "gspo/SWE-v0": "envs.swe.env:SWEEnv",
     "gspo/Verifiers-v0": "envs.verifiers_env.env:VerifiersEnv",
+    "gspo/OpenEnv-v0": "envs.openenv.env:OpenEnvEnv",
 }
 # Command-line names (`env=math`) -> ids.
 SHORT_NAMES: dict[str, str] = {
@@ -51,6 +52,7 @@ SHORT_NAMES: dict[str, str] = {
     "codeforces": "gspo/Codeforces-v0",
     "swe": "gspo/SWE-v0",
     "verifiers": "gspo/Verifiers-v0",
+    "openenv": "gspo/OpenEnv-v0",
 }
 
 _plugins_loaded: set[str] = set()

@@ -1,0 +1,1 @@
+"""OpenEnv interop: `envs.openenv.env.OpenEnvEnv` trains on any OpenEnv server (env=openenv)."""
