@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     import uvicorn
 
-    print(
-        f"serving {args.env_id} in OpenEnv's protocol on ws://{args.host}:{args.port}/ws",
-        flush=True,
-    )
+    backend = app.state.sandbox_backend
+    judged = f" (sandbox backend: {backend})" if backend else ""
+    url = f"ws://{args.host}:{args.port}/ws"
+    print(f"serving {args.env_id} in OpenEnv's protocol on {url}{judged}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -256,6 +256,7 @@ def build_app(
     app = FastAPI(title=f"{resolved} (gspo-agents) in OpenEnv's protocol")
     server = _Server(factory, CallToolAction, CallToolObservation, max_concurrent_envs=max_sessions)
     server.register_routes(app)
+    app.state.sandbox_backend = sandbox.backend_name if sandbox is not None else None
     if sandbox is not None:
         app.router.add_event_handler("shutdown", sandbox.aclose)
     return app

@@ -41,12 +41,22 @@ def _serve(env_id: str, port: int, err, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
 
 
+def readme_command() -> list[str]:
+    """The serve command of README's "OpenEnv environments" section, as written."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("python -m envs.openenv serve "))
+    args = line.split()[3:]  # serve ENV_ID --port P
+    assert args[:2] == ["serve", "gspo/Codeforces-v0"] and args[2] == "--port", line
+    return args
+
+
 @pytest.fixture(scope="module")
 def codeforces_url(tmp_path_factory):
     err_path = tmp_path_factory.mktemp("openenv_serve") / "server.err"
     port = free_port()
+    _, env_id, _, _, *extra = readme_command()
     with open(err_path, "w") as err:
-        proc = _serve("gspo/Codeforces-v0", port, err)
+        proc = _serve(env_id, port, err, *extra)
     url = f"http://127.0.0.1:{port}"
     try:
         try:
