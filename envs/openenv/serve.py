@@ -14,9 +14,12 @@ The protocol, as openenv's own clients (`GenericEnvClient`, `MCPToolClient`) spe
   input_schema); `{"type": "call_tool", "tool_name": ..., "arguments": {...}}` calls one.
   `submit(answer)` sends `answer` as the model's turn (for Codeforces: the reply holding the
   code block); a tool env's own tools are listed too, and calling one runs it in the episode
-  (our env sees the call as the model would have written it). The step's `reward` and `done`
-  are our env's; `result.data` is the text our env answered (tool output or judge feedback,
-  else its verdict message).
+  (our env sees the call as the model would have written it; where the env has its own
+  `submit` tool, ours is `final_answer`). Every call is one turn of our env (its `max_turns`
+  counts them). The step's `reward` and `done` are our env's; `result.data` is the text our
+  env answered (tool output or judge feedback, else its verdict message).
+- Episodes live on `/ws`: openenv's HTTP `/reset` and `/step` build a fresh env per request, so
+  an HTTP `/step` is refused ("step before reset").
 - Infrastructure failures (our `InfraError`: the sandbox died, a verifier timed out) come back
   as an error message on `/ws` (`type: "error"`, which openenv's client raises), never as a
   reward of 0. A call to an unknown tool or bad arguments is the policy's fault: a tool error.
@@ -24,6 +27,7 @@ The protocol, as openenv's own clients (`GenericEnvClient`, `MCPToolClient`) spe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any, cast
@@ -45,6 +49,7 @@ from envs.base import Message, TextEnv
 from envs.tools.parsers import format_call
 
 log = logging.getLogger(__name__)
+_closing: set[asyncio.Task] = set()  # env closes scheduled from openenv's sync close()
 
 SUBMIT_DESCRIPTION = (
     "Send your answer (your whole reply, e.g. the message holding your code block) as your turn; "
@@ -66,10 +71,11 @@ class ServedEnv(Environment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session builds its own env instance
 
-    def __init__(self, env: TextEnv) -> None:
+    def __init__(self, env: TextEnv, tasks: dict[str, list[dict[str, Any]]] | None = None) -> None:
         super().__init__()
         self.env = env
-        self._tasks: dict[str, list[dict[str, Any]]] = {}
+        self._tasks = tasks if tasks is not None else {}  # split -> rows, shared by the sessions
+        self._closed = False
         self._state = State(episode_id=None, step_count=0)
         self._done = True
         self._started = False
@@ -193,9 +199,29 @@ class ServedEnv(Environment):
     def state(self) -> State:
         return self._state
 
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        aclose = getattr(self.env, "aclose", None)
+        if callable(aclose):
+            await aclose()
+        else:
+            await asyncio.to_thread(self.env.close)
+
     def close(self) -> None:
-        if not callable(getattr(self.env, "aclose", None)):
-            self.env.close()  # async envs were closed by `_Server` on the event loop
+        """openenv's sync close: a no-op after `aclose` (the /ws path, see `_Server`); from the
+        stateless HTTP /reset handler (on the event loop) the async close is scheduled."""
+        if self._closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(self.aclose())
+            return
+        task = loop.create_task(self.aclose())
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
 
 
 def _tool_error(name: str, kind: ToolErrorType, message: str) -> CallToolObservation:
@@ -219,10 +245,9 @@ class _Server(HTTPEnvServer):
     `aclose()` cannot be awaited."""
 
     async def _cleanup_session_resources(self, env: Any, executor: Any, stack: Any = None) -> None:
-        aclose = getattr(getattr(env, "env", None), "aclose", None)
-        if callable(aclose):
+        if isinstance(env, ServedEnv):
             try:
-                await aclose()
+                await env.aclose()
             except Exception as exc:  # noqa: BLE001 - a failed close must not kill the server
                 log.warning("closing a session's env: %r", exc)
         await super()._cleanup_session_resources(env, executor, stack)
@@ -250,8 +275,10 @@ def build_app(
         log.info("serving %s with the %s sandbox backend", resolved, sandbox.backend_name)
         kwargs["sandbox"] = sandbox
 
+    tasks: dict[str, list[dict[str, Any]]] = {}
+
     def factory() -> ServedEnv:
-        return ServedEnv(envs.make(resolved, **kwargs))
+        return ServedEnv(envs.make(resolved, **kwargs), tasks)
 
     app = FastAPI(title=f"{resolved} (gspo-agents) in OpenEnv's protocol")
     server = _Server(factory, CallToolAction, CallToolObservation, max_concurrent_envs=max_sessions)

@@ -27,9 +27,10 @@ from openenv.core.mcp_client import MCPToolClient  # noqa: E402
 
 from envs.codeforces.problems import load_problemset  # noqa: E402
 from envs.errors import InfraError  # noqa: E402
+from envs.openenv.env import OpenEnvEnv  # noqa: E402
 from envs.openenv.serve import build_app  # noqa: E402
 from envs.tools.env import ToolEnv, tool  # noqa: E402
-from tests.envs.test_openenv import free_port, wait_healthy  # noqa: E402
+from tests.envs.test_openenv import call, free_port, wait_healthy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEMS = {p.id: p for p in load_problemset()}
@@ -211,3 +212,25 @@ def test_an_infra_error_is_a_server_error_not_reward_0(add_url):
 
     with pytest.raises(RuntimeError, match="the sandbox died.*EXECUTION_ERROR"):
         asyncio.run(episode())
+
+
+def test_our_openenv_client_plays_our_served_env(add_url):
+    """Both directions compose: env=openenv (OpenEnvEnv) trains on an env this project serves."""
+
+    async def episode(turns: list[str]):
+        env = OpenEnvEnv(url=add_url, timeout_s=30)
+        try:
+            messages, _ = await env.areset(options={"task": {"id": "x", "seed": 5}})  # task t1
+            names = [s["function"]["name"] for s in env.tool_schemas()]
+            steps = [await env.astep(turn) for turn in turns]
+            return messages, names, steps
+        finally:
+            await env.aclose()
+
+    messages, names, steps = asyncio.run(
+        episode([call("add", a=1, b=2), call("submit", answer="3")])
+    )
+    assert messages == [{"role": "user", "content": "What is 1+2?"}]
+    assert names == ["add", "submit"]
+    assert steps[0][0] == [{"role": "tool", "content": "3"}] and steps[0][2] is False
+    assert steps[1][1:3] == (1.0, True)
