@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any, cast
 
 from openenv.core.env_server import (
@@ -71,9 +72,12 @@ class ServedEnv(Environment):
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each session builds its own env instance
 
-    def __init__(self, env: TextEnv, tasks: dict[str, list[dict[str, Any]]] | None = None) -> None:
+    def __init__(
+        self, make: Callable[[], TextEnv], tasks: dict[str, list[dict[str, Any]]] | None = None
+    ) -> None:
         super().__init__()
-        self.env = env
+        self._make = make
+        self.env = make()  # a fresh one per episode: our envs are built one per trajectory
         self._tasks = tasks if tasks is not None else {}  # split -> rows, shared by the sessions
         self._closed = False
         self._state = State(episode_id=None, step_count=0)
@@ -134,6 +138,9 @@ class ServedEnv(Environment):
         split: str = "train",
         **kwargs: Any,
     ) -> TextObservation:
+        if self._started:  # a new episode in the same session: a new env, the old one closed
+            await self._close_env()
+            self.env = await asyncio.to_thread(self._make)
         task = self._task(seed, task_id, split)
         options = {"task": task} if task is not None else None
         areset = getattr(self.env, "areset", None)
@@ -203,6 +210,9 @@ class ServedEnv(Environment):
         if self._closed:
             return
         self._closed = True
+        await self._close_env()
+
+    async def _close_env(self) -> None:
         aclose = getattr(self.env, "aclose", None)
         if callable(aclose):
             await aclose()
@@ -278,7 +288,7 @@ def build_app(
     tasks: dict[str, list[dict[str, Any]]] = {}
 
     def factory() -> ServedEnv:
-        return ServedEnv(envs.make(resolved, **kwargs), tasks)
+        return ServedEnv(lambda: envs.make(resolved, **kwargs), tasks)
 
     app = FastAPI(title=f"{resolved} (gspo-agents) in OpenEnv's protocol")
     server = _Server(factory, CallToolAction, CallToolObservation, max_concurrent_envs=max_sessions)

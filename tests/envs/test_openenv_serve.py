@@ -234,3 +234,16 @@ def test_our_openenv_client_plays_our_served_env(add_url):
     assert names == ["add", "submit"]
     assert steps[0][0] == [{"role": "tool", "content": "3"}] and steps[0][2] is False
     assert steps[1][1:3] == (1.0, True)
+
+
+def test_one_session_plays_several_episodes(add_url):
+    async def episodes():
+        async with GenericEnvClient(base_url=add_url, message_timeout_s=30) as client:
+            rewards = []
+            for task_id, answer in (("t3", "5"), ("t0", "5"), ("t0", "2")):
+                opening = await client.reset(task_id=task_id)
+                assert opening.observation["task_id"] == task_id
+                rewards.append((await client.step(_submit(answer))).reward)
+            return rewards
+
+    assert asyncio.run(episodes()) == [1.0, 0.0, 1.0]
