@@ -36,3 +36,19 @@ def moe_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 # Repositories the SWE tests load as task data: their own tests are not ours to collect.
 collect_ignore_glob = ["envs/swe_fixtures/*"]
+
+
+SLOW_BY_MEASURE = Path(__file__).parent / "slow_by_measure.txt"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `slow` the tests tests/slow_by_measure.txt lists (moved out of the fast tier by their
+    measured CI durations; the file says why)."""
+    listed = {
+        line.strip()
+        for line in SLOW_BY_MEASURE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.slow)
