@@ -111,12 +111,12 @@ class Probe:
 def install(
     probe: Probe, clock: CpuClock, judge: JudgeCounter, judge_runs: list[int], progress
 ) -> None:
-    from gspo_agents import train
+    from gspo_agents import components
     from gspo_agents.learner_group import LearnerGroup
     from gspo_agents.rollout.manager import RolloutManager
     from gspo_agents.tracking import RunTracker
 
-    log, build_engine = RunTracker.log, train.build_engine
+    log, build_engine = RunTracker.log, components.build_engine
 
     def timed_log(self, step, metrics):  # CPU marks at the same point time_s is taken
         clock.mark()
@@ -130,7 +130,7 @@ def install(
         return probe.engine
 
     RunTracker.log = timed_log
-    train.build_engine = capturing_build_engine
+    components.build_engine = capturing_build_engine  # what build_driver calls
     RolloutManager.collect = probe.timed("rollout_wait", RolloutManager.collect)
     RolloutManager.next_batch = probe.timed("rollout_wait", RolloutManager.next_batch)
     RolloutManager.update_weights = probe.timed("weight_reload", RolloutManager.update_weights)

@@ -2,9 +2,9 @@
 
 Each driving process owns an event loop, a `RolloutManager`, its envs and an `SGLangEngine`
 client, and drives its share of the episodes (as a learner rank drives groups g % world).
-The engine is `gspo_agents.rollout.server` (the SGLang-compatible HTTP subset) over an engine
-that answers at once, one stand-in worker process per driving process, so what is measured is
-the driving: HTTP client, manager, chat formatting, env steps. A barrier starts the drivers
+The engine is benchmarks/instant_sglang.py (raw asyncio HTTP/1.1, canned /generate answers: as
+cheap per request as a server gets), one stand-in worker process per driving process, so what is
+measured is the driving: HTTP client, manager, chat formatting, env steps. A barrier starts the drivers
 together; aggregate turns/s = all turns / (last finish - first start). On a shared machine the
 load average is printed with each row: the ratio means something only when cores are free.
 
@@ -16,51 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import functools
 import multiprocessing as mp
 import os
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-
-class InstantStandIn:
-    """The part of LocalEngine that the HTTP server calls: answers every request at once."""
-
-    model_path = "instant"
-    weight_version = 0
-    paused = False
-    busy = False
-    context_length = 1_000_000
-    max_batch_size = 1_000_000
-
-    def __init__(self, answer_ids: list[int]) -> None:
-        from types import SimpleNamespace
-
-        self._answer = answer_ids
-        self._logprobs = [-1.0] * len(answer_ids)
-        self.stats = SimpleNamespace(requests=0, forward_steps=0, max_running=0)
-
-    def request_ids(self) -> list[str]:
-        return []
-
-    async def generate(self, input_ids, sampling, request_id, **_):
-        from gspo_agents.rollout.engine import Generation
-
-        n = min(len(self._answer), sampling.max_new_tokens)
-        return Generation(self._answer[:n], self._logprobs[:n], "stop", 0)
-
-    async def health(self) -> bool:
-        return True
-
-    async def abort(self, request_id=None) -> None: ...
+from instant_sglang import launch  # noqa: E402
 
 
 def answer_ids(tokenizer, tokens_per_turn: int) -> list[int]:
@@ -71,61 +37,11 @@ def answer_ids(tokenizer, tokens_per_turn: int) -> list[int]:
     return (ids * tokens_per_turn)[: tokens_per_turn - 1] + [stop]
 
 
+@functools.cache
 def tokenizer():
     from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
 
     return load_tokenizer(resolve_model(ModelConfig(name="tiny")))
-
-
-def serve(port: int, tokens_per_turn: int) -> None:
-    """The stand-in worker (run as its own process): the HTTP server over InstantStandIn."""
-    import uvicorn
-
-    from gspo_agents.rollout.server import build_app
-
-    tok = tokenizer()
-    app = build_app(InstantStandIn(answer_ids(tok, tokens_per_turn)), None)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def stand_ins(n: int, tokens_per_turn: int):
-    """URLs of n stand-in worker processes, stopped on exit."""
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    procs, urls = [], []
-    try:
-        for _ in range(n):
-            port = _free_port()
-            argv = [sys.executable, __file__, "--serve-port", str(port)]
-            argv += ["--tokens-per-turn", str(tokens_per_turn)]
-            procs.append(subprocess.Popen(argv, cwd=REPO, env=env))
-            urls.append(f"http://127.0.0.1:{port}")
-        for proc, url in zip(procs, urls, strict=True):
-            _wait_up(proc, url)
-        yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
-
-
-def _wait_up(proc: subprocess.Popen, url: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"stand-in at {url} exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"stand-in at {url} did not answer /health within {timeout_s:.0f} s")
 
 
 async def drive(url: str, episodes: int, turns: int, tokens_per_turn: int, barrier) -> dict:
@@ -164,7 +80,8 @@ def driver(url, episodes, turns, tokens_per_turn, barrier, out) -> None:
 def measure(procs: int, episodes: int, turns: int, tokens_per_turn: int) -> dict:
     """One row: `procs` drivers, each with `episodes` concurrent episodes and its own stand-in."""
     ctx = mp.get_context("spawn")
-    with stand_ins(procs, tokens_per_turn) as urls:
+    answer = answer_ids(tokenizer(), tokens_per_turn)
+    with launch(procs, answer, answer[-1]) as urls:
         barrier, out = ctx.Barrier(procs), ctx.Queue()
         workers = [
             ctx.Process(target=driver, args=(u, episodes, turns, tokens_per_turn, barrier, out))
@@ -212,11 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=4, help="model turns per episode")
     parser.add_argument("--tokens-per-turn", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="1 and 2 processes, 32 episodes")
-    parser.add_argument("--serve-port", type=int, help=argparse.SUPPRESS)  # a stand-in worker
     args = parser.parse_args(argv)
-    if args.serve_port:
-        serve(args.serve_port, args.tokens_per_turn)
-        return 0
     if args.quick:
         args.procs, args.episodes, args.turns = [1, 2], 64, 4
     from gspo_agents.tracking import BenchProgress

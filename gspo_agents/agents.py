@@ -1,5 +1,7 @@
 """`train_agent(agent, tasks, *overrides)`: GSPO on an agent loop the user runs against the
-OpenAI-compatible endpoint (gspo_agents/rollout/agent.py has the agent's contract).
+OpenAI-compatible endpoint (gspo_agents/rollout/agent.py has the agent's contract); and
+`load_agent("MODULE:FUNCTION")`, how `python -m gspo_agents.train agent=MODULE:FUNCTION env=...`
+finds one (that path trains with the CLI's checkpoints, resume, logging and stop rules).
 
 The same pieces as `python -m gspo_agents.train` (the learner, the engine, `train_step`), with
 the AgentManager where the RolloutManager stands: the agent, not an env, drives the episode.
@@ -9,12 +11,72 @@ One learner process, synchronous rollouts; no checkpoints or resume (use the CLI
 from __future__ import annotations
 
 import asyncio
+import difflib
+import importlib
+import importlib.util
+import inspect
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gspo_agents.rollout.agent import AgentFn, RewardFn
+if TYPE_CHECKING:  # this module is imported by the config check, before torch
+    from gspo_agents.rollout.agent import AgentFn, RewardFn
 
-__all__ = ["train_agent"]
+__all__ = ["load_agent", "train_agent"]
+
+
+def load_agent(entry: str) -> AgentFn:
+    """The async function `entry` names: `MODULE:FUNCTION` (MODULE importable, e.g. from the
+    working directory) or `path/to/file.py:FUNCTION`. A wrong name fails with a ConfigError
+    naming the fix (and the closest async function of the module)."""
+    from gspo_agents.config import ConfigError
+
+    where, _, name = entry.rpartition(":")
+    if not where or not name.isidentifier():
+        raise ConfigError(
+            f"agent={entry!r}: write MODULE:FUNCTION (e.g. agent=my_agent:run, the async "
+            "function in my_agent.py of the working directory) or path/to/file.py:FUNCTION"
+        )
+    module = _import_agent_module(entry, where)
+    fn = getattr(module, name, None)
+    if not inspect.iscoroutinefunction(fn):
+        found = sorted(n for n, v in vars(module).items() if inspect.iscoroutinefunction(v))
+        close = difflib.get_close_matches(name, found, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        what = "is not an async function" if fn is not None else "does not exist"
+        raise ConfigError(
+            f"agent={entry}: {where}.{name} {what}; the agent is `async def {name}(ctx)` "
+            f"(async functions there: {', '.join(found) or 'none'}).{hint}"
+        )
+    return fn
+
+
+def _import_agent_module(entry: str, where: str) -> Any:
+    from gspo_agents.config import ConfigError
+
+    if where.endswith(".py"):
+        path = Path(where).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"agent={entry}: no file {path}")
+        name = f"gspo_user_agent_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"agent={entry}: {path} cannot be imported as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # `gspo-train` as a script: the working directory
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not where.startswith(exc.name):
+            raise  # the agent's module imports something missing: its own traceback
+        raise ConfigError(
+            f"agent={entry}: no module {where!r} (looked in the working directory "
+            f"{Path.cwd()} and the installed packages); give path/to/file.py:FUNCTION instead"
+        ) from None
 
 
 def train_agent(

@@ -43,10 +43,11 @@ class Trainer:
             ConfigError,
             check_choices,
             check_overrides,
+            expand_shorthands,
             register_schemas,
         )
 
-        self.overrides = list(overrides)
+        self.overrides = expand_shorthands(list(overrides))  # agent=M:F is agent.entry=M:F
         if (dataset is None) != (reward_funcs is None):
             raise ConfigError("Trainer: give dataset= and reward_funcs= together (or neither)")
         if dataset is not None:

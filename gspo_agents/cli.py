@@ -81,7 +81,10 @@ def user_errors_as_one_line() -> Iterator[None]:
 
 
 def run_cli(hydra_main: Callable[[], None], check_overrides: Callable[[list[str]], None]) -> None:
+    from gspo_agents.config import expand_shorthands
+
     debug = take_debug_flag()
+    sys.argv[1:] = expand_shorthands(sys.argv[1:])
     try:
         check_overrides(sys.argv[1:])
         from gspo_agents.cli_help import print_help_if_asked

@@ -6,6 +6,7 @@ config.
 
 from __future__ import annotations
 
+import atexit
 import sys
 from typing import Any
 
@@ -18,25 +19,54 @@ def build_env_factory(cfg: DictConfig, sandbox, chat_template: str | None = None
     """Makes the run's envs; tool envs parse calls in `rollout.tool_format` (auto: the format
     `chat_template` teaches) unless `env.kwargs.tool_parser` names one."""
     import envs
-    from envs.tools import ToolEnv
-    from envs.tools.parsers import resolve_tool_format
 
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     kwargs.update(session_kwargs(cfg, kwargs))
     extra = {"sandbox": sandbox} if sandbox is not None else {}
-    setting = cfg.rollout.get("tool_format", "auto")
-    tool_format = resolve_tool_format(setting, chat_template)
-    # auto that finds Hermes leaves each env its own default (a user env may default to its own)
-    override = "tool_parser" not in kwargs and (setting != "auto" or tool_format != "hermes")
+    tool_format = tool_format_override(cfg, kwargs, chat_template)
 
     def factory():
         env = envs.make(cfg.env.name, **kwargs, **extra)
-        inner = getattr(env, "unwrapped", env)
-        if override and isinstance(inner, ToolEnv):
-            inner.use_tool_format(tool_format)
+        apply_tool_format(env, tool_format)
         return env
 
     return factory
+
+
+def tool_format_override(cfg: DictConfig, kwargs: dict[str, Any], chat_template: str | None):
+    """The tool-call format `rollout.tool_format` imposes on tool envs (auto: the one
+    `chat_template` teaches), or None to leave each env its own: `env.kwargs.tool_parser` wins,
+    and auto that finds Hermes keeps each env's default (a user env may default to its own)."""
+    from envs.tools.parsers import resolve_tool_format
+
+    setting = cfg.rollout.get("tool_format", "auto")
+    tool_format = resolve_tool_format(setting, chat_template)
+    override = "tool_parser" not in kwargs and (setting != "auto" or tool_format != "hermes")
+    return tool_format if override else None
+
+
+def apply_tool_format(env, tool_format: str | None) -> None:
+    from envs.tools import ToolEnv
+
+    inner = getattr(env, "unwrapped", env)
+    if tool_format is not None and isinstance(inner, ToolEnv):
+        inner.use_tool_format(tool_format)
+
+
+def build_manager(cfg: DictConfig, engine, env_factory, tokenizer, rollout_cfg):
+    """The RolloutManager playing the env's own episodes, or with `agent.entry` the AgentManager
+    running the user's agent loop through the OpenAI-compatible endpoint (the env: tasks, the
+    opening messages and the reward unless the agent returns one)."""
+    entry = cfg.get("agent", {}).get("entry")
+    if not entry:
+        from gspo_agents.rollout.manager import RolloutManager
+
+        return RolloutManager(engine, env_factory, tokenizer, rollout_cfg)
+    from gspo_agents.agents import load_agent
+    from gspo_agents.rollout.agent import AgentManager
+
+    print(f"agent: {entry} (episodes through the OpenAI-compatible endpoint)", file=sys.stderr)
+    return AgentManager(engine, tokenizer, load_agent(entry), rollout_cfg, env_factory=env_factory)
 
 
 def session_kwargs(cfg: DictConfig, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -156,12 +186,18 @@ def resolve_start_model(cfg: DictConfig, env) -> str:
     model_dir = base_model_dir(cfg)
     if not cfg.trainer.sft.enabled or cfg.model.name == "hf":
         return model_dir
+    from gspo_agents.models import load_tokenizer
+
+    # the references in the format the rollouts' parser reads (the base model's template)
+    env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    template = getattr(load_tokenizer(model_dir), "chat_template", None)
+    apply_tool_format(env, tool_format_override(cfg, env_kwargs, template))
     try:
         return ensure_cold_start(
             model_dir,
             env,
             cfg.env.name,
-            OmegaConf.to_container(cfg.env.kwargs, resolve=True),
+            env_kwargs,
             OmegaConf.to_container(cfg.trainer.sft, resolve=True),
             train_split=cfg.env.train_split,
             seed=cfg.trainer.seed,
@@ -176,3 +212,39 @@ def resolve_start_model(cfg: DictConfig, env) -> str:
             file=sys.stderr,
         )
         return model_dir
+
+
+def build_driver(cfg: DictConfig, model_dir: str, tokenizer: Any, env_factory):
+    """One driving process's rollouts: (driver, engine). With `rollout.driver_process` a
+    RolloutProcess, which builds its own engine, envs and sandbox in a spawned child (engine
+    None here); otherwise a RolloutManager on this process's event loop and its engine."""
+    if cfg.rollout.driver_process:
+        from gspo_agents.rollout_process import RolloutProcess
+
+        return RolloutProcess(cfg, model_dir, cfg.trainer.seed, tokenizer), None
+    from gspo_agents.rollout.manager import RolloutConfig
+
+    engine = build_engine(cfg, model_dir, cfg.trainer.seed)
+    rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
+    return build_manager(cfg, engine, env_factory, tokenizer, rollout_cfg), engine
+
+
+def serve_local_engine(cfg: DictConfig, model_dir: str):
+    """engine=local with rollout.drivers=all_ranks: rank 0 serves the LocalEngine over loopback
+    HTTP (`python -m gspo_agents.serve`, a subprocess), so that every rank's SGLangEngine client
+    drives against the one engine. Returns the ServerProcess; stop() it at the end."""
+    from gspo_agents.serve import launch
+
+    e = cfg.engine
+    extra = ["--seed", str(cfg.trainer.seed), "--max-batch-size", str(e.max_batch_size)]
+    extra += ["--dtype", e.dtype]
+    if cfg.algorithm.routing_replay and cfg.algorithm.routing_replay_source == "engine":
+        extra.append("--enable-return-routed-experts")
+    server = launch(model=None, model_path=model_dir, extra_args=extra)
+    atexit.register(server.stop)  # also when the run fails before it stops the server itself
+    return server
+
+
+def on_served_engine(cfg: DictConfig, url: str) -> DictConfig:
+    """The run config with the engine replaced by the SGLang-compatible server at `url`."""
+    return OmegaConf.merge(cfg, {"engine": {"kind": "sglang", "urls": [url]}})

@@ -221,6 +221,14 @@ class EvalConfig:
 
 
 @dataclass
+class AgentConfig:
+    """`agent=MODULE:FUNCTION`: your own agent loop (gspo_agents/rollout/agent.py) plays the
+    episodes through the OpenAI-compatible endpoint; the env gives the tasks and the reward."""
+
+    entry: str | None = None  # MODULE:FUNCTION (or path/to/file.py:FUNCTION); null: the env's loop
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -231,6 +239,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
 
 CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
@@ -260,6 +269,7 @@ CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
     ("algorithm", "routing_replay_source"): ("trainer", "engine"),
     ("logger", "wandb_mode"): ("offline", "online", "disabled"),
     ("rollout", "past_reasoning"): ("keep", "strip"),
+    ("rollout", "drivers"): ("rank0", "all_ranks"),
 }
 
 
@@ -333,6 +343,7 @@ def check_choices(cfg: Any) -> None:
         raise ConfigError(
             f"algorithm.turn_discount must be in [0, 1], got {cfg.algorithm.turn_discount}"
         )
+    _check_agent(cfg)  # before the torch import below: an agent typo fails in a second
     from gspo_agents.offpolicy import OffPolicyConfig
 
     a = cfg.algorithm
@@ -345,6 +356,12 @@ def check_choices(cfg: Any) -> None:
         raise ConfigError(
             "algorithm.routing_replay_source=engine chooses whose routes routing replay uses; "
             "it does nothing without algorithm.routing_replay=true (set both)"
+        )
+    if cfg.rollout.driver_process and cfg.trainer.eval_every_steps:
+        raise ConfigError(
+            "rollout.driver_process=true drives the episodes in a worker process, and the "
+            "held-out evaluation (trainer.eval_every_steps) needs the engine in the training "
+            "process; set one of them off"
         )
     if cfg.algorithm.dynamic_sampling_rounds and cfg.trainer.async_rollouts:
         raise ConfigError(
@@ -408,6 +425,35 @@ def _check_new_options(cfg: Any) -> None:
         )
     if r.max_version_lag is not None and r.max_version_lag < 0:
         raise ConfigError(f"rollout.max_version_lag must be >= 0 or null, got {r.max_version_lag}")
+
+
+def _check_agent(cfg: Any) -> None:
+    """`agent.entry`: the loop resolves (did-you-mean on its name) and the run's options apply."""
+    entry = cfg.get("agent", {}).get("entry")
+    if not entry:
+        return
+    refused = {
+        "trainer.async_rollouts": (
+            cfg.trainer.async_rollouts,
+            "the endpoint records an agent's session under one weight version at a time, and "
+            "the agent path has no prefetch of the next step's episodes",
+        ),
+        "trainer.eval_every_steps": (
+            cfg.trainer.eval_every_steps,
+            "the held-out evaluation plays the env's own episode loop, not your agent",
+        ),
+    }
+    for key, (value, why) in refused.items():
+        if value:
+            raise ConfigError(f"agent={entry} cannot run with {key}={value}: {why}; drop it")
+    from gspo_agents.agents import load_agent  # imports the user's module only, not torch
+
+    load_agent(entry)
+
+
+def expand_shorthands(argv: list[str]) -> list[str]:
+    """`agent=MODULE:FUNCTION` is `agent.entry=MODULE:FUNCTION` (agent is a key, not a group)."""
+    return [f"agent.entry={a[len('agent=') :]}" if a.startswith("agent=") else a for a in argv]
 
 
 def register_schemas() -> None:

@@ -198,6 +198,8 @@ async def evaluate(cfg: DictConfig) -> EvalReport:
         await engine.close()
         if sandbox is not None:
             await sandbox.aclose()
+        if "envs.openenv.container" in sys.modules:  # OpenEnv server images it started
+            await asyncio.to_thread(sys.modules["envs.openenv.container"].close_servers)
     if cfg.eval.save_samples:
         save_eval_samples(eval_output_path(cfg, model_dir), groups, manager.chat.tokenizer)
     report = EvalReport(cfg.env.name, cfg.eval.split, model_dir, cfg.eval.k)

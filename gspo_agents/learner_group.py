@@ -1,7 +1,8 @@
 """Drive N learner processes from one training loop (SPMD under torchrun).
 
-Rank 0 runs the whole training loop (rollouts, environments, logging). The other ranks only hold
-their FSDP2 shard: they wait for rank 0's next command and execute the same learner call, so every
+Rank 0 runs the whole training loop (rollouts, environments, logging). The other ranks hold
+their FSDP2 shard (and, with rollout.drivers=all_ranks, their share of the driving: see
+rollout_ranks.py): they wait for rank 0's next command and execute the same learner call, so every
 collective inside `update`, `export_hf` and the checkpoint calls is entered by all ranks in the
 same order. Commands travel with `broadcast_object_list`; a batch is a few MB of CPU tensors.
 
@@ -62,8 +63,10 @@ class LearnerGroup:
         self.learner.close()
 
 
-def follow(learner) -> None:
+def follow(learner, rollouts=None) -> None:
     """A follower rank's loop: consumes rank 0's commands until STOP; produces nothing.
+    `rollouts` (rollout.drivers=all_ranks): this rank's driver, which takes the "rollout"
+    commands (rollout_ranks.FollowerRollouts) and is closed at STOP.
 
     Ctrl-C reaches every process of the terminal's group; rank 0 decides when to stop (after its
     step and checkpoint, which need this rank), so a follower ignores SIGINT."""
@@ -73,8 +76,15 @@ def follow(learner) -> None:
         dist.broadcast_object_list(box, src=0)
         name, args = box[0]
         if name == STOP:
-            learner.close()
+            try:
+                if rollouts is not None:
+                    rollouts.close()
+            finally:
+                learner.close()
             return
+        if name == "rollout":
+            rollouts.handle(*args)
+            continue
         getattr(learner, name)(*args)
 
 

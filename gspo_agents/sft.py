@@ -44,14 +44,17 @@ def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: in
     A reference may be one answer or a list of turns (a tool call, then the answer after the
     tool's result): the env is stepped with each turn, and each turn is an example whose prompt
     is the conversation so far, as the rollouts render it."""
+    from envs.tools.trajectory import references_in_format
     from gspo_agents.rollout.chat import ChatFormat
     from gspo_agents.rollout.episode import tool_schemas
 
     chat = ChatFormat(tokenizer)
     tools = tool_schemas(env)
+    tool_format = reference_format(env)
     examples, stepped = [], False
     for task in tasks[:max_examples]:
-        response = env.reference_response(task)
+        # written with Hermes calls; taught in the format the env parses (rollout.tool_format)
+        response = references_in_format(env.reference_response(task), tool_format)
         if response is None:
             continue
         turns = [response] if isinstance(response, str) else list(response)
@@ -72,6 +75,11 @@ def build_examples(env, tokenizer, tasks: list[dict[str, Any]], max_examples: in
             "disable it with trainer.sft.enabled=false or start from a fine-tuned model.path"
         )
     return examples
+
+
+def reference_format(env) -> str:
+    """The tool-call format a tool env parses (`tool_parser`); Hermes for any other env."""
+    return getattr(getattr(env, "unwrapped", env), "tool_parser", None) or "hermes"
 
 
 def describe_examples(examples, num_tasks: int) -> str:
@@ -160,13 +168,22 @@ def train_sft(model, examples, *, steps: int, batch_size: int, lr: float, seed: 
     return loss_value
 
 
-def cache_key(model_dir: str, env_name: str, env_kwargs: dict, sft_cfg: dict, seed: int) -> str:
+def cache_key(
+    model_dir: str,
+    env_name: str,
+    env_kwargs: dict,
+    sft_cfg: dict,
+    seed: int,
+    tool_format: str = "hermes",
+) -> str:
     h = hashlib.sha256()
     for name in sorted(os.listdir(model_dir)):
         if name.endswith((".json", ".safetensors", ".jinja", ".txt")):
             h.update(name.encode())
             h.update(Path(model_dir, name).read_bytes())
     recipe = {"env": env_name, "kwargs": env_kwargs, "sft": sft_cfg, "seed": seed, "v": 1}
+    if tool_format != "hermes":  # the Hermes keys stay what they were before formats existed
+        recipe["tool_format"] = tool_format
     h.update(json.dumps(recipe, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
 
@@ -187,7 +204,7 @@ def ensure_cold_start(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    key = cache_key(model_dir, env_name, env_kwargs, sft_cfg, seed)
+    key = cache_key(model_dir, env_name, env_kwargs, sft_cfg, seed, reference_format(env))
     out = Path(cache_root).expanduser() / key
     if (out / "config.json").exists():
         log(f"cold start: reusing cached SFT model {out}")
@@ -233,13 +250,16 @@ def _main() -> None:
     @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
     def main(cfg) -> None:
         import envs
-        from gspo_agents.models import ModelConfig, resolve_model
+        from gspo_agents.components import apply_tool_format, tool_format_override
+        from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
 
         with user_errors_as_one_line():
             check_choices(cfg)
             env_kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
             env = envs.make(cfg.env.name, **env_kwargs)
             base = resolve_model(ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True)))
+            template = getattr(load_tokenizer(base), "chat_template", None)
+            apply_tool_format(env, tool_format_override(cfg, env_kwargs, template))
             out = ensure_cold_start(
                 base,
                 env,

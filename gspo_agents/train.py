@@ -3,6 +3,9 @@
 The whole training run, wired in plain sight: build the pieces, loop (collect groups of
 trajectories → advantages → GSPO update → push weights to the engine → log), close.
 The rollout side and the learner never import each other; weights cross as an HF directory.
+Rank 0 runs the loop; with `rollout.drivers=all_ranks` every rank drives its share of each
+step's groups (rollout_ranks.py), with `rollout.driver_process=true` in a rollout worker
+process of its own (rollout_process.py).
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from gspo_agents import rundir
 from gspo_agents.components import (
     base_model_dir,
-    build_engine,
+    build_driver,
     build_env_factory,
     build_sandbox,
     check_engine_answers,
+    on_served_engine,
     resolve_start_model,
+    serve_local_engine,
 )
 from gspo_agents.config import (
     CONFIG_DIR,
@@ -154,6 +159,30 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
     return metrics
 
 
+def check_one_host(process) -> None:
+    """engine=local is served on rank 0's loopback: only ranks on its host can reach it."""
+    from gspo_agents.config import ConfigError
+
+    if int(os.environ.get("LOCAL_WORLD_SIZE", process.world_size)) != process.world_size:
+        raise ConfigError(
+            "rollout.drivers=all_ranks with engine=local serves the engine on rank 0's "
+            "loopback, which ranks on other nodes cannot reach; use engine=sglang "
+            "engine.urls=[...] (workers every node reaches) or rollout.drivers=rank0"
+        )
+
+
+async def close_rollouts(engine, sandbox) -> None:
+    """A driving process's engine client, sandbox and tool envs' sessions (of this loop)."""
+    if engine is not None:
+        await engine.close()
+    if sandbox is not None:
+        await sandbox.aclose()
+    if "sandbox.sessions" in sys.modules:
+        await sys.modules["sandbox.sessions"].close_sessions()
+    if "envs.openenv.container" in sys.modules:  # OpenEnv server images it started
+        await asyncio.to_thread(sys.modules["envs.openenv.container"].close_servers)
+
+
 def quiet_libraries() -> None:
     """Our console line is the progress display; silence per-load progress bars."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -166,7 +195,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
     import envs
-    from gspo_agents.learner.parallel import init_process
+    from gspo_agents.learner.parallel import broadcast_object, init_process
     from gspo_agents.models import load_tokenizer
 
     explicit = explicit_keys(overrides or [])
@@ -177,11 +206,14 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     process = init_process()  # joins torchrun's process group; a no-op for one process
     env = envs.make(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
     tasks = env.load_tasks(cfg.env.train_split)[: cfg.env.max_train_tasks or None]
+    all_ranks = cfg.rollout.drivers == "all_ranks" and process.world_size > 1
     if process.rank == 0:  # the rollouts' budgets (rank 0's alone), before any cold start
         lengths = measure_prompts(cfg, env, tasks, load_tokenizer(base_model_dir(cfg)))
         cfg = fit_to_prompts(cfg, lengths, explicit)
+    if all_ranks:  # every rank drives: with rank 0's budgets
+        cfg = broadcast_object(cfg, process)
     # the judging sandbox before the run dir: a missing Docker daemon leaves no stub run behind
-    sandbox = build_sandbox(cfg, cfg.env.name) if process.rank == 0 else None
+    sandbox = build_sandbox(cfg, cfg.env.name) if process.rank == 0 or all_ranks else None
     owned = (
         rundir.own_run_dir(Path(cfg.trainer.run_dir), cfg.trainer.resume, cfg)
         if process.rank == 0
@@ -195,7 +227,7 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
     from gspo_agents.learner.parallel import broadcast_object, close_process
     from gspo_agents.learner_group import LearnerGroup, follow
     from gspo_agents.models import load_tokenizer
-    from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
+    from gspo_agents.rollout_ranks import FollowerRollouts, RankDrivers, rollout_group
 
     t = cfg.trainer
     random.seed(t.seed)
@@ -204,21 +236,37 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
     model_dir = broadcast_object(model_dir, process)  # followers wait here while rank 0 cold-starts
     tokenizer = load_tokenizer(model_dir)
     learner = build_learner(cfg, model_dir)
+    all_ranks = cfg.rollout.drivers == "all_ranks" and process.world_size > 1
+    group, served = (rollout_group(), None) if all_ranks else (None, None)
+    if all_ranks and cfg.engine.kind == "local":  # one engine for all: rank 0 serves it
+        check_one_host(process)
+        served = serve_local_engine(cfg, model_dir) if process.rank == 0 else None
+        cfg = on_served_engine(cfg, broadcast_object(served and served.url, process))
+    if learner.is_main or all_ranks:
+        env_factory = build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None))
     if not learner.is_main:
-        follow(learner)
+        rollouts = None
+        if all_ranks:
+            rollouts = FollowerRollouts(
+                lambda: build_driver(cfg, model_dir, tokenizer, env_factory),
+                lambda engine: close_rollouts(engine, sandbox),
+                process.rank,
+                process.world_size,
+                group,
+            )
+        follow(learner, rollouts)
         close_process(process)
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
     start_step = rundir.resume_from_checkpoint(learner, run_dir) if resume else 0
-    engine = build_engine(cfg, model_dir, t.seed)
+    manager, engine = build_driver(cfg, model_dir, tokenizer, env_factory)
+    if all_ranks:
+        manager = RankDrivers(manager, group, process.world_size)
     tracker = build_tracker(cfg, run_dir, start_step)
     print(
         f"run dir: {run_dir} | model: {model_dir} | env: {cfg.env.name} ({len(tasks)} tasks)",
         file=sys.stderr,
     )
-    rollout_cfg = RolloutConfig(**OmegaConf.to_container(cfg.rollout, resolve=True))
-    env_factory = build_env_factory(cfg, sandbox, getattr(tokenizer, "chat_template", None))
-    manager = RolloutManager(engine, env_factory, tokenizer, rollout_cfg)
     held_out = build_held_out(cfg, env, env_factory, tokenizer)
 
     async def main_async():
@@ -229,18 +277,16 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
             )
         finally:
             await manager.aclose()
-            await engine.close()
-            if sandbox is not None:
-                await sandbox.aclose()
-            if "sandbox.sessions" in sys.modules:  # tool envs' session pools of this loop
-                await sys.modules["sandbox.sessions"].close_sessions()
+            await close_rollouts(engine, sandbox)
 
     wandb_dir = tracker.wandb_dir
     try:
         final_step = asyncio.run(main_async())
     finally:
         tracker.close()
-        learner.close()
+        learner.close()  # the other ranks close their rollouts at its STOP
+        if served is not None:
+            served.stop()
         close_process(process)
     return {"run_dir": str(run_dir), "final_step": final_step, "wandb_dir": wandb_dir}
 

@@ -52,3 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
+    if len(items) >= 1000:  # the whole suite collected: a renamed test must not slip back in
+        stale = listed - {item.nodeid for item in items}
+        if stale:
+            raise pytest.UsageError(
+                "tests/slow_by_measure.txt names tests that no longer exist (renamed or removed?): "
+                + ", ".join(sorted(stale))
+                + "; update the file"
+            )

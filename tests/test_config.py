@@ -47,13 +47,14 @@ rollout.num_samples_per_task rollout.max_new_tokens_per_turn rollout.max_context
 rollout.max_turns rollout.max_live_trajectories rollout.temperature rollout.top_p rollout.top_k
 rollout.max_staleness_steps rollout.max_version_lag rollout.trajectory_timeout_s rollout.seed
 rollout.tool_format
-rollout.past_reasoning
+rollout.past_reasoning rollout.drivers rollout.driver_process
 trainer.steps trainer.tasks_per_step trainer.lr trainer.weight_decay trainer.warmup_steps
 trainer.max_grad_norm trainer.num_minibatches trainer.ppo_epochs trainer.micro_batch_tokens
 trainer.share_prompt_prefix trainer.logprob_chunk_tokens trainer.packing trainer.activation_checkpointing trainer.nproc trainer.seed trainer.save_every_steps trainer.resume trainer.resume_with_changes trainer.max_failed_steps trainer.async_rollouts trainer.eval_every_steps trainer.run_dir
 trainer.sft.enabled trainer.sft.steps trainer.sft.batch_size trainer.sft.lr trainer.sft.max_examples
 logger.wandb_mode logger.wandb_project logger.console_every_steps logger.tensorboard logger.samples_every_steps logger.samples_per_step
-eval.model_path eval.run_dir eval.split eval.k eval.temperature eval.max_tasks eval.out eval.save_samples""".split()
+eval.model_path eval.run_dir eval.split eval.k eval.temperature eval.max_tasks eval.out eval.save_samples
+agent.entry""".split()
 )
 
 

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from gspo_agents.config import CONFIG_DIR, check_choices, check_overrides, register_schemas
+from gspo_agents.config import (
+    CONFIG_DIR,
+    check_choices,
+    check_overrides,
+    expand_shorthands,
+    register_schemas,
+)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ENTRY = re.compile(r"python -m gspo_agents\.(train|eval|sft)\b")
@@ -46,8 +52,14 @@ def test_the_readme_has_the_commands_this_checks():
 @pytest.mark.parametrize(
     ("entry", "overrides"), COMMANDS, ids=[" ".join([e, *o])[:60] for e, o in COMMANDS]
 )
-def test_readme_command_parses(entry, overrides):
+def test_readme_command_parses(entry, overrides, tmp_path, monkeypatch):
     overrides = [PLACEHOLDERS.get(o, o) for o in overrides if not o.startswith("env.name=myenv/")]
+    overrides = expand_shorthands(overrides)
+    if "agent.entry=my_agent:agent" in overrides:  # the README's agent file, where it says
+        from test_agent_cli import readme_agent_file
+
+        (tmp_path / "my_agent.py").write_text(readme_agent_file())
+        monkeypatch.syspath_prepend(str(tmp_path))
     check_overrides(overrides)
     register_schemas()
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):

@@ -3,7 +3,9 @@ encoding work does not grow with the history (ids encoded are counted, not wall 
 
 import json
 
-from gspo_agents.rollout.engine import SamplingParams
+import pytest
+
+from gspo_agents.rollout.engine import SamplingParams, TokenHistory
 from gspo_agents.rollout.sglang_body import EncodedPrefixes
 from gspo_agents.rollout.sglang_wire import generate_body, generate_rest
 
@@ -57,3 +59,23 @@ def test_the_cache_is_bounded():
     for key in "abc":
         cache.body(key, [1], {})
     assert len(cache) == 2
+
+
+def test_a_growing_token_history_is_trusted_without_comparing_it():
+    """The manager's ids (a TokenHistory) reuse the prefix by identity: the same bytes, only
+    the new ids encoded, and a history that cannot be edited behind the cache's back."""
+    cache, history = EncodedPrefixes(), TokenHistory(range(50_000))
+    cache.body("ep", history, generate_rest(_sampling(), "r"))
+    for turn in range(3):
+        history.extend(range(turn, turn + 5))
+        assert cache.body("ep", history, generate_rest(_sampling(), "r")) == _full(list(history))
+    assert cache.encoded_ids == 50_000 + 15
+    other = TokenHistory(history)  # equal ids in another object: not trusted, re-encoded
+    assert cache.body("ep", other, generate_rest(_sampling(), "r")) == _full(list(history))
+    assert cache.encoded_ids == 2 * 50_000 + 30
+    with pytest.raises(TypeError, match="only grows"):
+        history[0] = 7
+    with pytest.raises(TypeError, match="only grows"):
+        del history[-1]
+    plain = list(history) + [1]  # a plain list after a TokenHistory: compared, then extended
+    assert cache.body("ep", plain, generate_rest(_sampling(), "r")) == _full(plain)

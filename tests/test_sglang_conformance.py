@@ -64,8 +64,12 @@ async def record_scenario(server, tiny_path: str) -> list[dict]:
             body = json.loads(request.content) if request.content else None
             records.append({"path": request.url.path, "body": body})
 
+    def record_generate(url: str, body: bytes) -> None:  # /generate has its own client
+        records.append({"path": "/generate", "body": json.loads(body)})
+
     eng = SGLangEngine([server.url])
     eng._http.client.event_hooks["request"].append(record)
+    eng._gen.on_request.append(record_generate)
     try:
         await eng.generate([1, 5, 6], SamplingParams(max_new_tokens=3), "plain")
         seeded = SamplingParams(

@@ -22,6 +22,11 @@ agent's doing: the episode ends, is graded as it stands, and `info["budget_exhau
 The judging sandbox is the trainer's shared one (`sandbox=`); without one the env creates its own
 with the session's backend and closes it in `aclose`.
 
+MCP tools: `mcp_server="PYTHONPATH=/workspace/.mcp python3 server.py"` (with `mcp_files`, a local
+directory uploaded to /workspace/.mcp: the server and what it imports) adds the tools of that
+MCP stdio server, run inside the episode's session as McpToolEnv runs one (envs/tools/mcp_env.py),
+to CodeAgent's own; a name that clashes with one of ours is refused.
+
 Metrics (`info["env_metrics"]`): turns, tool calls, tool-call attempts, parse failures, tool
 errors, parse_ok_frac, and at the end hidden_pass_frac and submitted.
 """
@@ -69,6 +74,8 @@ class CodeAgentEnv(ToolEnv):
         tools: list[str] | None = None,
         format_reward: float = 0.0,
         partial_credit: bool = False,
+        mcp_server: str | None = None,
+        mcp_files: str | None = None,
         sandbox: Any | None = None,
     ) -> None:
         super().__init__(
@@ -90,6 +97,13 @@ class CodeAgentEnv(ToolEnv):
         self._backend = backend
         self.exec_timeout_s = exec_timeout_s
         self.session_cpu_s = session_cpu_s
+        if mcp_server is not None and not mcp_server.strip():
+            raise ValueError("mcp_server: the shell command that starts the MCP stdio server")
+        if mcp_files is not None and not Path(mcp_files).is_dir():
+            raise ValueError(f"mcp_files={mcp_files!r}: not a local directory")
+        self.mcp_server, self.mcp_files = mcp_server, mcp_files
+        self.mcp: Any = None  # the episode's McpTools (envs/tools/mcp.py) with an mcp_server
+        self._own_tools = dict(self._tools)  # ours; each episode adds the server's to them
         self._submitted = False
         self._edits = 0  # edit calls with valid arguments this episode
         self._last: dict[str, Any] = {}
@@ -132,12 +146,47 @@ class CodeAgentEnv(ToolEnv):
                 await ws.upload(tmp, "repo")  # the task's repository, hidden tests not in it
             # No bytecode caches: a same-size edit within a second would run stale .pyc files.
             await ws.exec(f"cd {REPO} && export PYTHONDONTWRITEBYTECODE=1")
+            if self.mcp_files is not None:
+                await ws.upload(self.mcp_files, ".mcp")  # /workspace/.mcp: the server's files
         except SandboxError as exc:
             await self.session.close()
             raise InfraError(f"CodeAgent could not set up its workspace: {exc}") from exc
+        self._tools = dict(self._own_tools)
+        if self.mcp_server is not None:
+            try:
+                await self._add_mcp_tools(ws)
+            except BaseException:
+                await self.on_close()
+                raise
+
+    async def _add_mcp_tools(self, ws: Any) -> None:
+        """The MCP server's tools beside ours, run inside this episode's session (McpToolEnv's
+        machinery: each request one `exec` of the server; a server that fails is InfraError)."""
+        from envs.tools.mcp import McpTools, tool_from_mcp
+        from envs.tools.mcp_session import MODERN, session_stdio
+
+        assert self.mcp_server is not None  # only called when the env was given a server
+        transport = session_stdio(ws, self.mcp_server, timeout_s=self.exec_timeout_s)
+        self.mcp = McpTools(
+            transport, name="CodeAgent's MCP server", timeout_s=self.exec_timeout_s + 30,
+            mode=MODERN,
+        )  # fmt: skip
+        listed = await self.mcp.open()
+        clash = sorted(t.name for t in listed if t.name in self._tools)
+        if clash:
+            raise ValueError(
+                f"env.kwargs.mcp_server={self.mcp_server!r} offers {clash}, which CodeAgent's own "
+                "tools already name; rename them in the server or drop ours with env.kwargs.tools"
+            )
+        self._tools.update({t.name: tool_from_mcp(t, self.mcp.call) for t in listed})
 
     async def on_close(self) -> None:
-        await self.session.close()
+        mcp, self.mcp = self.mcp, None
+        try:
+            if mcp is not None:
+                await mcp.close()
+        finally:
+            await self.session.close()
 
     async def _judge(self) -> Any:
         """The sandbox that runs the hidden checks (created on first use when none was passed)."""

@@ -1,6 +1,11 @@
 """OpenEnv-v0: train on any OpenEnv environment (meta-pytorch `openenv-core`) over its `/ws` channel.
 
     env=openenv env.kwargs.url=http://HOST:PORT
+    env=openenv env.kwargs.image=IMAGE [env.kwargs.app=MODULE:APP]
+
+With `image`, the project starts the OpenEnv server image itself, in its sandbox with no network
+(envs/openenv/container.py): one container per process, shared by the episodes, reached over a
+unix socket; a server that does not start is an InfraError naming the image and its last logs.
 
 Each episode opens one WebSocket session with the real `openenv` client (`GenericEnvClient`):
 `reset` (seeded by the task row) gives the observation rendered as the opening user message; the
@@ -19,6 +24,7 @@ from typing import Any
 
 from envs.base import Message, TextEnv
 from envs.errors import InfraError
+from envs.openenv.container import ServerSpec, live_server, shared_server
 from envs.tools.parsers import CallError, get_parser, run_parser
 
 _OBS_SKIP = ("reward", "done", "metadata")
@@ -32,6 +38,12 @@ class OpenEnvEnv(TextEnv):
         url: str | None = None,
         *,
         image: str | None = None,
+        app: str = "server.app:app",
+        app_dir: str = "/app/env",
+        server_memory_mb: int = 2048,
+        server_cpus: float = 1.0,
+        server_read_only: bool = True,
+        server_start_timeout_s: float = 120.0,
         max_turns: int = 4,
         num_train: int = 64,
         num_test: int = 16,
@@ -40,14 +52,26 @@ class OpenEnvEnv(TextEnv):
         max_tool_output_chars: int = 2000,
     ) -> None:
         super().__init__(max_turns=max_turns)
-        if image is not None:
-            raise NotImplementedError(
-                "env.kwargs.image is not supported yet; start the image yourself and pass "
-                "env.kwargs.url=http://HOST:PORT"
+        if bool(url) == bool(image):
+            raise ValueError(
+                "OpenEnv-v0 needs exactly one of env.kwargs.url=http://HOST:PORT (a running "
+                "OpenEnv server) or env.kwargs.image=IMAGE (an OpenEnv server image to start)"
             )
-        if not url:
-            raise ValueError("OpenEnv-v0 needs env.kwargs.url=http://HOST:PORT (an OpenEnv server)")
         self.url = url
+        self.server_spec = (
+            ServerSpec(
+                image,
+                app=app,
+                app_dir=app_dir,
+                memory_mb=server_memory_mb,
+                cpus=server_cpus,
+                read_only=server_read_only,
+                start_timeout_s=server_start_timeout_s,
+            )
+            if image
+            else None
+        )
+        self._where = f"OpenEnv server {url}" if url else f"OpenEnv image {image}"
         self.num_train, self.num_test = num_train, num_test
         self.tool_parser = tool_parser
         self._parse = get_parser(tool_parser)
@@ -81,7 +105,7 @@ class OpenEnvEnv(TextEnv):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the server is infrastructure
-            raise InfraError(f"OpenEnv server {self.url}: {what} failed: {exc!r}") from exc
+            raise InfraError(f"{self._where}: {what} failed: {exc!r}") from exc
 
     async def _send(self, what: str, coro: Any) -> dict[str, Any]:
         result = await self._guard(what, coro)
@@ -94,7 +118,7 @@ class OpenEnvEnv(TextEnv):
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         await self.aclose()
         task = (options or {}).get("task") or {"id": "seed-0", "seed": seed or 0}
-        self._client = _client_class()(base_url=self.url, message_timeout_s=self.timeout_s)
+        self._client = await self._new_client()
         await self._guard("connect", self._client.connect())
         out = await self._send("reset", self._client.reset(seed=int(task.get("seed", 0))))
         tools = await self._send("list_tools", self._client.step({"type": "list_tools"}))
@@ -103,6 +127,17 @@ class OpenEnvEnv(TextEnv):
         self._last_reward = float(out["reward"] or 0.0)
         self._done = out["done"]
         return super().reset(seed=seed, options={"task": task})
+
+    async def _new_client(self) -> Any:
+        if self.server_spec is None:
+            return _client_class()(base_url=self.url, message_timeout_s=self.timeout_s)
+        # started once, in a thread (seconds); every later episode finds it running
+        server = live_server(self.server_spec) or await asyncio.to_thread(
+            shared_server, self.server_spec
+        )  # InfraError if it does not start
+        assert server is not None  # shared_server raises rather than return None
+        client = _client_class(server.socket_path)
+        return client(base_url="http://openenv", message_timeout_s=self.timeout_s)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         return asyncio.run(self.areset(seed=seed, options=options))
@@ -153,22 +188,27 @@ class OpenEnvEnv(TextEnv):
                 pass
 
 
-def _client_class() -> type:
+def _client_class(unix_socket: str | None = None) -> type:
     """openenv's `GenericEnvClient` without WebSocket keepalive pings: the trainer's event loop
     can be busy longer than the ping timeout (20 s) on a loaded CPU, which closed healthy
-    sessions; a dead server is still caught by the per-message timeout (`timeout_s`)."""
+    sessions; a dead server is still caught by the per-message timeout (`timeout_s`).
+    With `unix_socket`, it connects over that socket (a sandboxed server has no network)."""
     from openenv.core import env_client
     from openenv.core.generic_client import GenericEnvClient
+    from websockets.asyncio.client import unix_connect
 
     class Client(GenericEnvClient):
         async def connect(self) -> Any:
             if self._ws is None:  # type: ignore[has-type]
-                self._ws = await env_client.ws_connect(
-                    self._ws_url,
-                    open_timeout=self._connect_timeout,
-                    max_size=self._max_message_size,
-                    ping_interval=None,
-                )
+                options = {
+                    "open_timeout": self._connect_timeout,
+                    "max_size": self._max_message_size,
+                    "ping_interval": None,
+                }
+                if unix_socket is None:
+                    self._ws = await env_client.ws_connect(self._ws_url, **options)
+                else:
+                    self._ws = await unix_connect(unix_socket, self._ws_url, **options)
             return self
 
     return Client

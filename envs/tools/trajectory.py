@@ -5,19 +5,51 @@ again, submit) from its own tools and task, and `plan_turns` orders them and fit
 episode's turn limit: the optional steps go in the order reproduce, re-run, look around, so a
 reference never runs past `max_turns`. Each turn is an assistant message: one line of prose, then
 its Qwen3/Hermes `<tool_call>` blocks. The turns are fixed text; the cold start steps the env with
-them and the observations come from the env, as in a rollout.
+them and the observations come from the env, as in a rollout. `in_tool_format` rewrites such a
+turn in the format the run's model writes (`rollout.tool_format`, e.g. Qwen3-Coder XML), so the
+cold start teaches the format the env's parser reads.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["plan_turns", "tool_call", "turn"]
+from envs.tools.parsers import format_call, parse_hermes
+
+__all__ = ["in_tool_format", "plan_turns", "references_in_format", "tool_call", "turn"]
 
 
 def tool_call(name: str, **arguments: Any) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def in_tool_format(text: str, tool_format: str) -> str:
+    """A reference turn written with Hermes calls, in `tool_format`: its prose (the text outside
+    the calls) first, then each call as `format_call` writes it in that format. A turn without
+    Hermes calls (a final answer, or one already in another format) is returned unchanged."""
+    if tool_format == "hermes" or "<tool_call>" not in text:
+        return text
+    parsed = parse_hermes(text)
+    if not parsed.calls:
+        return text  # not Hermes JSON: the env wrote it in its own format
+    if parsed.errors:
+        raise ValueError(
+            f"a reference turn has Hermes tool calls that do not parse ({parsed.errors[0].message});"
+            f" the env's reference_response is wrong: {text[:200]!r}"
+        )
+    calls = [format_call(c.name, c.arguments, tool_format) for c in parsed.calls]
+    return "\n".join([parsed.content, *calls] if parsed.content else calls)
+
+
+def references_in_format(
+    response: str | Sequence[str] | None, tool_format: str
+) -> str | list[str] | None:
+    """`reference_response`'s value (one turn or a list of turns) in `tool_format`."""
+    if response is None or isinstance(response, str):
+        return None if response is None else in_tool_format(response, tool_format)
+    return [in_tool_format(t, tool_format) for t in response]
 
 
 def turn(prose: str, calls: list[str]) -> str:

@@ -44,6 +44,22 @@ class EngineRequestError(EngineError):
     """The engine rejected the request (HTTP 4xx): a bug or bad input, not retryable."""
 
 
+class TokenHistory(list):
+    """An episode's token ids (prompt first) as the manager sends them each turn: a list that
+    only grows. Appending (`append`, `extend`, `+=`) is all it allows, so an engine that saw
+    its first n ids may trust them unchanged when the same object comes back longer, without
+    comparing them (sglang_body.py: the per-turn body then costs the new ids, not the history).
+    Any other edit raises; copy it (`list(h)`) to edit. Engines read it as a plain list."""
+
+    __slots__ = ()
+
+    def _grows_only(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("a TokenHistory only grows (append / extend): copy it to edit it")
+
+    __setitem__ = __delitem__ = __imul__ = _grows_only  # type: ignore[assignment]
+    insert = pop = remove = clear = sort = reverse = _grows_only
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     max_new_tokens: int

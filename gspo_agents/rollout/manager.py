@@ -57,6 +57,7 @@ from gspo_agents.rollout.engine import (
     EngineRequestError,
     Generation,
     SamplingParams,
+    TokenHistory,
 )
 from gspo_agents.rollout.episode import (
     Stale,
@@ -76,6 +77,7 @@ from gspo_agents.rollout.episode import (
 )
 from gspo_agents.rollout.metrics import RolloutStats, stats_metrics, trajectory_metrics
 from gspo_agents.rollout.records import RolloutConfig, RolloutResult
+from gspo_agents.rollout.shared_engine import note_update_begin, note_update_end
 from gspo_agents.rollout.staleness import drop_stale, is_stale, max_prefetch_depth
 from gspo_agents.trajectory import Status, Trajectory
 
@@ -172,6 +174,20 @@ class RolloutManager:
                     await asyncio.shield(self.engine.resume())
                 finally:
                     self._gate.set()
+
+    async def follow_weights(self, version: int) -> None:
+        """Another process loaded `version` into the engine this manager shares (rank 0 of a run
+        whose ranks all drive): later requests sample under it, and generations that its pause
+        aborted count as explained. A version not newer than the current one is ignored."""
+        async with self._update_lock:
+            note_update_end(self.engine, version)
+            if version > self._version:
+                self._version = version
+                self._updates += 1
+
+    def follow_update_begin(self) -> None:
+        """Another process is about to update the shared engine (see follow_weights)."""
+        note_update_begin(self.engine)
 
     def start_prefetch(self, tasks: list[dict]) -> None:
         """Begin collecting a batch in the background; `next_batch()` returns it.
@@ -312,8 +328,10 @@ class RolloutManager:
         if len(traj.prompt_ids) >= self.cfg.max_context_tokens:
             # Nothing to generate and nothing to score: counted, never trained on (no reward).
             return truncate(traj, "prompt", stats)
+        # The ids sent each turn, grown in step with the trajectory (never rebuilt: O(new ids)).
+        history = TokenHistory(traj.prompt_ids)
         while True:
-            turn_ids, finish = await self._model_turn(traj, stats)
+            turn_ids, finish = await self._model_turn(traj, history, stats)
             traj.close_turn()
             traj.num_turns += 1
             stats.turns += 1
@@ -347,8 +365,11 @@ class RolloutManager:
             if traj.num_tokens + len(obs_ids) >= self.cfg.max_context_tokens:
                 return truncate(traj, "context", stats)
             traj.append_env(obs_ids)
+            history.extend(obs_ids)
 
-    async def _model_turn(self, traj: Trajectory, stats: RolloutStats) -> tuple[list[int], str]:
+    async def _model_turn(
+        self, traj: Trajectory, history: TokenHistory, stats: RolloutStats
+    ) -> tuple[list[int], str]:
         """Generate one model turn, returning its ids and finish reason.
 
         Waits on the gate (closed by update_weights, reopened when it finishes) and on
@@ -372,7 +393,8 @@ class RolloutManager:
             if is_stale(oldest_version(traj), self._version, self.cfg.max_staleness_steps):
                 raise Stale
             updates_before, version_before = self._updates, self._version
-            gen = await self._generate(traj, self._sampling(budget, traj), stats)
+            assert len(history) == traj.num_tokens  # the ids sent are the trajectory's
+            gen = await self._generate(traj, history, self._sampling(budget, traj), stats)
             if gen.token_ids and gen.weight_version < version_before:
                 # Every worker should have loaded `version_before` before this request started;
                 # one that did not breaks the per-token version record. Count it, loudly.
@@ -384,6 +406,7 @@ class RolloutManager:
                     version_before,
                 )
             traj.append_model(gen.token_ids, gen.logprobs, gen.weight_version, gen.token_versions)
+            history.extend(gen.token_ids)
             traj.append_routes(gen.routed_experts)
             produced += len(gen.token_ids)
             if gen.finish_reason != "abort":
@@ -419,10 +442,13 @@ class RolloutManager:
         )
 
     async def _generate(
-        self, traj: Trajectory, sampling: SamplingParams, stats: RolloutStats
+        self,
+        traj: Trajectory,
+        input_ids: TokenHistory,
+        sampling: SamplingParams,
+        stats: RolloutStats,
     ) -> Generation:
         """One engine call with bounded retries of retryable engine errors."""
-        input_ids = traj.token_ids
         last: EngineError | None = None
         for attempt in range(_ENGINE_ATTEMPTS):
             if attempt:

@@ -41,6 +41,14 @@ class RolloutConfig:
     # generated; the history extends the engine's tokens) or strip (Qwen3's template rule: drop
     # <think>...</think> before the last user message; every such turn starts a new sequence)
     past_reasoning: str = "keep"
+    # who drives a step's episodes: rank0 (the training loop's process drives them all) or
+    # all_ranks (rank r of the torchrun world drives groups r, r+world, ...: its own engine
+    # client, envs and sandbox against the same engine; rank 0 merges the shares)
+    drivers: str = "rank0"
+    # a spawned rollout worker process per driving rank drives its episodes, so the learner's
+    # Python never shares a GIL with them (async mode's overlap); false: the training process's
+    # own event loop drives them
+    driver_process: bool = False
 
     def __post_init__(self) -> None:
         positive = (
@@ -67,6 +75,10 @@ class RolloutConfig:
         if self.past_reasoning not in ("keep", "strip"):
             raise ValueError(
                 f"rollout.past_reasoning={self.past_reasoning!r} is not one of ['keep', 'strip']"
+            )
+        if self.drivers not in ("rank0", "all_ranks"):
+            raise ValueError(
+                f"rollout.drivers={self.drivers!r} is not one of ['rank0', 'all_ranks']"
             )
         # Validates temperature/top_p/top_k the same way every request will.
         SamplingParams(1, self.temperature, self.top_p, self.top_k)

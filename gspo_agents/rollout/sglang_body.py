@@ -6,8 +6,11 @@ cost linear in history (quadratic per episode). Here each episode (the engine's 
 the encoded bytes of the ids it last sent; a turn encodes only the ids appended since.
 
 Exactness first: the cached prefix is used only when the new ids start with exactly the ids it
-encodes (a C-level list comparison, no Python loop and no re-encoding); anything else (a broken
-episode, a retried prefix, another caller on the same key) re-encodes from scratch. The bytes are
+encodes. For the RolloutManager's ids (a TokenHistory, engine.py: a list that can only grow)
+that is the same object come back no shorter, an O(1) check; nothing of the history is copied
+or compared per turn. Any other list is compared with the ids last sent (a C-level list
+comparison, no Python loop and no re-encoding). Anything else (a broken episode, a retried
+prefix, another caller on the same key) re-encodes from scratch. The bytes are
 byte-for-byte `json.dumps(generate_body(...), separators=(",", ":"))`, so the wire stays what
 SGLang 0.5.23's GenerateReqInput parses (tests/test_sglang_body.py checks both).
 
@@ -26,6 +29,8 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+from gspo_agents.rollout.engine import TokenHistory
+
 _HEAD = b'{"input_ids":['
 
 
@@ -34,11 +39,21 @@ def _dumps(obj: Any) -> bytes:
 
 
 class _Entry:
-    __slots__ = ("ids", "encoded")
+    __slots__ = ("source", "ids", "n", "encoded")
 
     def __init__(self) -> None:
-        self.ids: list[int] = []
+        self.source: TokenHistory | None = None  # the growing list last encoded, trusted
+        self.ids: list[int] | None = []  # else a copy of the plain list last encoded
+        self.n = 0  # ids encoded
         self.encoded = bytearray(_HEAD)
+
+    def reusable(self, input_ids: list[int]) -> bool:
+        """Whether `input_ids` starts with exactly the `n` ids encoded."""
+        if len(input_ids) < self.n:
+            return False
+        if self.source is not None:
+            return input_ids is self.source  # it only grows: its first n ids stand
+        return self.ids is not None and input_ids[: self.n] == self.ids
 
 
 class EncodedPrefixes:
@@ -60,16 +75,21 @@ class EncodedPrefixes:
         """`{"input_ids":[...` for `input_ids` (no closing bracket), reusing `key`'s prefix;
         the cache's own buffer (copy it before the next call)."""
         entry = self._entries.pop(key, None)
-        n = 0 if entry is None else len(entry.ids)
-        if entry is None or len(input_ids) < n or (n and input_ids[:n] != entry.ids):
-            entry, n = _Entry(), 0
-        new = input_ids[n:]
+        if entry is None or not entry.reusable(input_ids):
+            entry = _Entry()
+        n = entry.n
+        new = input_ids[n:]  # only the ids appended since the last request
         if new:
             if n:
                 entry.encoded += b","
             entry.encoded += ",".join(map(str, map(int, new))).encode()
-            entry.ids.extend(new)
             self.encoded_ids += len(new)
+        if isinstance(input_ids, TokenHistory):
+            entry.source, entry.ids = input_ids, None
+        else:
+            assert entry.ids is not None  # an entry of a TokenHistory is reused by it alone
+            entry.ids.extend(new)
+        entry.n = len(input_ids)
         self._entries[key] = entry
         if len(self._entries) > self._max:
             self._entries.popitem(last=False)

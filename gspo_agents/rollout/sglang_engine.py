@@ -1,8 +1,11 @@
-"""SGLangEngine: the Engine protocol over SGLang's native HTTP API (one httpx.AsyncClient).
+"""SGLangEngine: the Engine protocol over SGLang's native HTTP API.
 
 Talks to SGLang workers (or `python -m gspo_agents.serve`, which speaks the same subset), given
 as several worker URLs or one router URL. What it does (protocol facts: shared/SGLANG.md):
 
+- HTTP: /generate goes through sglang_generate.py (aiohttp, a keep-alive pool per worker: httpx's
+  pool cost grew with the number of connections, measured there); control calls through
+  sglang_http.py (httpx).
 - generate: POST /generate with `input_ids`, explicit sampling params and `return_logprob`; ids
   and log-probs come from `output_token_logprobs`. Each call gets a fresh uuid4 hex rid on the
   wire (fixed length, so no rid is a prefix of another; SGLang aborts by prefix); the caller's
@@ -61,8 +64,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from gspo_agents.rollout.engine import (
     EngineError,
     EngineRequestError,
@@ -74,16 +75,18 @@ from gspo_agents.rollout.engine import (
     check_pause_mode,
 )
 from gspo_agents.rollout.sglang_body import EncodedPrefixes
-from gspo_agents.rollout.sglang_http import RETRYABLE, ControlClient, backoff_s
+from gspo_agents.rollout.sglang_generate import GenerateClient, GenerateLost, GenerateNotSent
+from gspo_agents.rollout.sglang_http import ControlClient, backoff_s
 from gspo_agents.rollout.sglang_lora import adapter_of, load_on_workers, why_not_adapter
 from gspo_agents.rollout.sglang_update import GroupUpdates
 from gspo_agents.rollout.sglang_wire import (
     ROUTING_KEY_HEADER,
     disk_update_body,
     error_message,
+    error_text,
     flush_allowed,
     generate_rest,
-    json_body,
+    json_bytes,
     parse_generation,
     parse_version,
     pause_body,
@@ -181,7 +184,12 @@ class SGLangEngine(GroupUpdates):
         self._pool = WorkerPool(
             self._http, cooldown_s=down_cooldown_s, update_timeout_s=update_timeout_s
         )
-        self._gen_timeout = httpx.Timeout(None, connect=connect_timeout_s, pool=None)
+        # /generate has its own client (aiohttp: httpx's pool walk grew with N; see the module)
+        self._gen = GenerateClient(
+            connect_timeout_s=connect_timeout_s,
+            keepalive_expiry_s=keepalive_expiry_s,
+            max_connections=max_connections,
+        )
         self._prefixes = EncodedPrefixes()  # per route key: the encoded ids last sent
         self._inflight: dict[str, _InFlight] = {}
         self._start_lock = asyncio.Lock()
@@ -336,28 +344,26 @@ class SGLangEngine(GroupUpdates):
         """One POST /generate to `url`; transport errors and 5xx become EngineError."""
         wire = uuid.uuid4().hex
         self._inflight[request_id] = _InFlight(wire, url)
+        payload = self._prefixes.body(
+            key, input_ids, generate_rest(sampling, wire, routes_start, self._lora_name)
+        )
+        headers = {ROUTING_KEY_HEADER: key, "content-type": "application/json"}
         try:
-            resp = await self._http.client.post(
-                url + "/generate",
-                content=self._prefixes.body(
-                    key, input_ids, generate_rest(sampling, wire, routes_start, self._lora_name)
-                ),
-                headers={ROUTING_KEY_HEADER: key, "content-type": "application/json"},
-                timeout=self._gen_timeout,
-            )
+            status, raw_body = await self._gen.post(url + "/generate", payload, headers)
         except asyncio.CancelledError:
             await asyncio.shield(self._abort_quietly(url, wire))
             raise
-        except RETRYABLE as exc:
-            if not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
-                # It may have arrived and still run on a live server: do not leak it.
-                await asyncio.shield(self._abort_quietly(url, wire))
-            raise EngineError(f"{url}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code >= 500:
-            raise EngineError(f"{url}: HTTP {resp.status_code}: {error_message(resp)}")
-        if resp.status_code >= 400:
-            raise EngineRequestError(f"{url}/generate rejected the request: {error_message(resp)}")
-        body = json_body(resp)
+        except GenerateNotSent as exc:
+            raise EngineError(f"{url}: {exc}") from exc
+        except GenerateLost as exc:
+            # It may have arrived and still run on a live server: do not leak it.
+            await asyncio.shield(self._abort_quietly(url, wire))
+            raise EngineError(f"{url}: {exc}") from exc
+        if status >= 500:
+            raise EngineError(f"{url}: HTTP {status}: {error_text(raw_body)}")
+        if status >= 400:
+            raise EngineRequestError(f"{url}/generate rejected the request: {error_text(raw_body)}")
+        body = json_bytes(f"{url}/generate", raw_body)
         meta = body.get("meta_info") if isinstance(body, dict) else None
         raw = meta.get("weight_version") if isinstance(meta, dict) else None
         routes = None if routes_start is None else (len(input_ids), routes_start)
@@ -544,6 +550,7 @@ class SGLangEngine(GroupUpdates):
         for name in list(self._groups):
             await self._drop_group(name)
         await self._http.aclose()
+        await self._gen.aclose()
 
     async def _abort_quietly(self, url: str, wire_rid: str) -> None:
         connect_s = self._http.connect_s

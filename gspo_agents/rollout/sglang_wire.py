@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Any
 
 import httpx
@@ -309,11 +310,33 @@ def json_body(resp: httpx.Response) -> Any:
         raise EngineError(f"non-JSON answer from {resp.request.url}: {resp.text[:200]}") from exc
 
 
+def json_bytes(where: str, raw: bytes) -> Any:
+    """A JSON answer's body (bytes) -> its value; EngineError naming `where` if it is not JSON."""
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        text = raw[:200].decode(errors="replace")
+        raise EngineError(f"non-JSON answer from {where}: {text}") from exc
+
+
+def error_text(raw: bytes) -> str:
+    """The message of an error answer's body (bytes)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw[:300].decode(errors="replace")
+    return _message_of(body)
+
+
 def error_message(resp: httpx.Response) -> str:
     try:
         body = resp.json()
     except ValueError:
         return resp.text[:300]
+    return _message_of(body)
+
+
+def _message_of(body: Any) -> str:
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and "message" in err:

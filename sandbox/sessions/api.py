@@ -33,6 +33,10 @@ from typing import Protocol, runtime_checkable
 from sandbox.errors import SandboxError
 
 WORKSPACE = "/workspace"  # the session's writable directory inside the sandbox (also $HOME)
+# Where a session's `socket_dir` (SessionPool.session) appears inside, read-only: the one host
+# directory a session can be given, holding unix sockets of services the host chose to offer
+# (the trainer's OpenAI endpoint, pinned to the episode). No network comes with it.
+SOCKET_DIR = "/gspo-host"
 
 
 class SessionClosed(SandboxError):

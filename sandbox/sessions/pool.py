@@ -124,13 +124,17 @@ class SessionPool:
                 self.backend_name = self._backend.name
         self._refill()
 
-    async def _new(self, limits: SessionLimits, image: str | None = None) -> Handle:
+    async def _new(
+        self, limits: SessionLimits, image: str | None = None, socket_dir: str | None = None
+    ) -> Handle:
         assert self._backend is not None
         uid = next(u for u in self._uids if u not in self._uids_in_use)
         self._uids_in_use.add(uid)
         name = f"gspo-ses-{os.getpid()}-{secrets.token_hex(4)}"
         try:
-            return await self._backend.start(name, uid, limits, self.start_timeout_s, image)
+            return await self._backend.start(
+                name, uid, limits, self.start_timeout_s, image, socket_dir
+            )
         except BaseException:
             self._uids_in_use.discard(uid)
             raise
@@ -161,11 +165,14 @@ class SessionPool:
         *,
         acquire_timeout_s: float | None = None,
         image: str | None = None,
+        socket_dir: str | None = None,
     ) -> AsyncIterator[SandboxSession]:
         """One fresh session; waits while `max_sessions` are live; closed on every exit path.
         `image` (docker; default the pool's `image`): start it from that image instead, a
         published SWE-style one with its repository at /testbed, which the session gets
-        writable (backends/docker.py)."""
+        writable (backends/docker.py). `socket_dir`: a host directory of unix sockets (and
+        read-only files), bound read-only at api.SOCKET_DIR and given to the session's uid
+        alone (backends/base.py share_socket_dir); such a session is never a warm one."""
         if self._closed:
             raise SessionClosed("the session pool is closed")
         limits = limits or self.limits
@@ -182,8 +189,9 @@ class SessionPool:
             if self._closed:  # closed while this one waited for a slot: start nothing more
                 raise SessionClosed("the session pool is closed")
             image = image or self.image  # warm sandboxes are of the pool's image
-            warm = self._take_warm(limits) if image == self.image else None
-            handle = warm or await self._new(limits, image)
+            fresh = image != self.image or socket_dir is not None
+            warm = None if fresh else self._take_warm(limits)
+            handle = warm or await self._new(limits, image, socket_dir)
             self._live[handle.name] = handle
             self._refill()
             ws = SandboxSession(self, handle, limits)
@@ -261,15 +269,20 @@ async def session(
     *,
     backend: str = "auto",
     image: str | None = None,
+    socket_dir: str | None = None,
     **pool_options: Any,
 ) -> AsyncIterator[SandboxSession]:
     """`async with sandbox.session(SessionLimits(...), backend="docker") as ws:` on a shared
     pool per (event loop, backend, options); close them with `await close_sessions()`.
-    `image`: this session's own image (docker; see SessionPool.session).
+    `image`, `socket_dir`: this session's own image (docker) and host sockets (see
+    SessionPool.session).
     backend="remote" (with urls=[...], token=...) puts the session on a sandbox service."""
     if backend == "remote":  # urls=[...], token=...: a session on a sandbox service
-        if image:
-            raise ValueError("remote sessions cannot start from an image= yet: use backend=docker")
+        if image or socket_dir:
+            raise ValueError(
+                "remote sessions cannot start from an image= or get a socket_dir= (a file of "
+                "this host) yet: use backend=docker or bubblewrap"
+            )
         async with remote().session(limits, pool_options) as remote_ws:
             yield remote_ws
         return
@@ -278,7 +291,7 @@ async def session(
     pool = pools.get(key)
     if pool is None or pool._closed:
         pool = pools[key] = SessionPool(backend, **pool_options)
-    async with pool.session(limits, image=image) as ws:
+    async with pool.session(limits, image=image, socket_dir=socket_dir) as ws:
         yield ws
 
 

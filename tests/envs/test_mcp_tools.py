@@ -4,12 +4,9 @@
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import re
 import shutil
-import site
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +15,9 @@ import pytest
 pytest.importorskip("mcp", reason="pip install 'gspo-agents[interop]'")
 
 from envs.errors import InfraError  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from site_packages import copy_imported_packages  # noqa: E402
 
 SERVER = Path(__file__).resolve().parent / "vf_tasks" / "mcp_math_server.py"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox"))
@@ -39,25 +39,7 @@ def server_files(tmp_path_factory) -> Path:
     server's image or files would bring their own)."""
     out = tmp_path_factory.mktemp("mcp-server")
     shutil.copy(SERVER, out / "server.py")
-    code = (
-        "import sys, runpy, json; import mcp.server.mcpserver, mcp.server.stdio; "
-        "print(json.dumps(sorted({getattr(m, '__file__', None) or '' for m in list(sys.modules.values())})))"
-    )
-    files = json.loads(subprocess.check_output([sys.executable, "-c", code], text=True))
-    root = site.getsitepackages()[0]
-    tops = {f[len(root) + 1 :].split("/")[0] for f in files if f.startswith(root + "/")}
-    tops = {t for t in tops if not t.startswith(("__editable__", "_distutils_hack"))}
-    names = md.packages_distributions()
-    dists = {d for t in tops for d in names.get(t.removesuffix(".py").split(".")[0], [])}
-    tops |= {md.distribution(d)._path.name for d in dists}  # type: ignore[attr-defined]
-    for top in sorted(tops):
-        src = Path(root, top)
-        dst = out / ".mcp-site" / top
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(src, dst)
+    copy_imported_packages("import mcp.server.mcpserver, mcp.server.stdio", out / ".mcp-site")
     return out
 
 

@@ -83,3 +83,39 @@ def test_two_learner_processes_with_async_rollouts_train_through_torchrun(tmp_pa
     got = rows(run_dir)
     assert [r["step"] for r in got] == [1, 2]
     assert all(r["loss"] == r["loss"] for r in got)  # finite, logged once (by rank 0)
+
+
+def samples(run_dir: Path, step: int) -> list[tuple]:
+    """A step's trajectories as text and reward (group ids are random), in a fixed order."""
+    saved = [json.loads(x) for x in (run_dir / "samples" / f"step{step}.jsonl").open()]
+    return sorted(
+        (r["task_id"], r["info"]["sample"], r["prompt"], str(r["turns"]), r["reward"], r["status"])
+        for r in saved
+    )
+
+
+def test_two_driving_ranks_with_async_rollouts_train_as_the_one_rank_run(tmp_path):
+    """rollout.drivers=all_ranks with a rollout worker process per rank: rank 1 drives half the
+    groups (against rank 0's LocalEngine served over loopback), and the run samples what the
+    one-rank run samples. Step 1's batch is collected before any update: the same trajectories,
+    token for token, and the same rewards. Later batches are prefetched while the previous
+    update runs; where the weight update cuts into them is a matter of timing (the request seed
+    includes the weight version), in one-rank runs as much as in two-rank ones, so for them the
+    test compares what does not depend on it: the same tasks and the same number of
+    trajectories per step."""
+    common = ["trainer.steps=3", "trainer.async_rollouts=true", "rollout.seed=5"]
+    common += ["logger.wandb_mode=disabled", "logger.samples_every_steps=1"]
+    common += ["logger.samples_per_step=8"]  # every trajectory (2 tasks x 4 samples)
+    train(tmp_path / "one", *common)
+    two = ["trainer.nproc=2", "rollout.drivers=all_ranks", "rollout.driver_process=true"]
+    train(tmp_path / "two", *common, *two)
+    one_rows, two_rows = rows(tmp_path / "one"), rows(tmp_path / "two")
+    assert [r["step"] for r in two_rows] == [1, 2, 3]
+    assert samples(tmp_path / "two", 1) == samples(tmp_path / "one", 1)
+    for key in ("reward_mean", "rollout/turns", "rollout/tokens_mean", "num_tokens"):
+        assert two_rows[0][key] == one_rows[0][key], key
+    for step in (1, 2, 3):
+        tasks = [s[:2] for s in samples(tmp_path / "two", step)]
+        assert tasks == [s[:2] for s in samples(tmp_path / "one", step)], step
+        assert two_rows[step - 1]["num_trajectories"] == 8
+    assert all(r["rollout/error"] == 0 for r in two_rows)

@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -86,10 +87,12 @@ class SessionBackend(ABC):
         limits: SessionLimits,
         ctl_dir: str | None,
         image: str | None = None,
+        socket_dir: str | None = None,
     ) -> tuple[list[str], str | None]:
         """The host command that starts the agent in a fresh sandbox, and the docker host.
         `ctl_dir`: the host dir of the socket `open_ctl` made, to be mounted at CTL_PATH;
-        `image`: the session's own image (prepared by `prepare`), None for the default."""
+        `image`: the session's own image (prepared by `prepare`), None for the default;
+        `socket_dir`: a host dir of unix sockets, bound read-only at api.SOCKET_DIR."""
 
     async def prepare(self, image: str | None) -> None:
         """Make `image` ready to start sessions from (docker); other backends refuse it."""
@@ -108,6 +111,10 @@ class SessionBackend(ABC):
         """Extra fields of the agent's first line (`seed`: [from, to] to copy before ready;
         `path_prefix`: a directory put first on the PATH of the session's commands)."""
         return {}
+
+    def host_uid(self, uid: int) -> int:
+        """The host uid the session's processes run as (the slot's `uid` unless said here)."""
+        return uid
 
     def open_ctl(self) -> tuple[socket.socket, str] | None:
         """A unix socket to send the cgroup fds over (docker); None: the agent inherits them."""
@@ -147,14 +154,22 @@ class SessionBackend(ABC):
             raise
 
     async def start(
-        self, name: str, uid: int, limits: SessionLimits, timeout_s: float, image: str | None = None
+        self,
+        name: str,
+        uid: int,
+        limits: SessionLimits,
+        timeout_s: float,
+        image: str | None = None,
+        socket_dir: str | None = None,
     ) -> Handle:
         await self.prepare(image)
+        if socket_dir is not None:
+            share_socket_dir(socket_dir, self.host_uid(uid))
         groups = await self._new_groups(name, limits, self.extra_memory_mb(image))
         ctl = None
         try:
             ctl = self.open_ctl() if groups is not None else None
-            argv, host = self.command(name, uid, limits, ctl[1] if ctl else None, image)
+            argv, host = self.command(name, uid, limits, ctl[1] if ctl else None, image, socket_dir)
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
@@ -246,6 +261,35 @@ class SessionBackend(ABC):
 
     def destroy_all_sync(self) -> None:  # noqa: B027 - optional hook
         """Best-effort synchronous cleanup at interpreter exit."""
+
+
+def share_socket_dir(socket_dir: str, uid: int) -> None:
+    """Give the session's uid (its own, no other process has it) the directory and its unix
+    sockets: the dir r-x, each socket rw (connect needs write), nothing for other host users.
+    Only sockets and read-only regular files may be in it (no symlink, no subdirectory): what
+    the session can reach of the host is exactly these sockets."""
+    path = Path(socket_dir)
+    if not path.is_dir() or path.is_symlink():
+        raise ValueError(f"socket_dir={socket_dir!r} is not a directory")
+    for entry in path.iterdir():
+        mode = entry.lstat().st_mode
+        if not (stat.S_ISSOCK(mode) or stat.S_ISREG(mode)):
+            raise ValueError(
+                f"socket_dir={socket_dir!r} holds {entry.name!r}, neither a unix socket nor a "
+                "regular file: the session would reach it"
+            )
+    own = os.geteuid()
+    if own != uid:
+        if own != 0:
+            raise SandboxUnavailable(
+                f"a socket_dir for a session that runs as uid {uid} needs root (to give it "
+                "that uid alone); run the trainer as root or use backend=bubblewrap"
+            )
+        for entry in [path, *path.iterdir()]:
+            os.chown(entry, uid, uid, follow_symlinks=False)
+    for entry in path.iterdir():
+        os.chmod(entry, 0o600 if stat.S_ISSOCK(entry.lstat().st_mode) else 0o400)
+    os.chmod(path, 0o500)
 
 
 def _close_orphaned_groups(making: asyncio.Future[cgroups_mod.SlotGroups | None]) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from sandbox.isolation.backends.base import reapable_uid
 from sandbox.isolation.backends.bubblewrap import BubblewrapBackend
 from sandbox.isolation.cgroups import pid_alive
-from sandbox.sessions.api import WORKSPACE, SessionLimits
+from sandbox.sessions.api import SOCKET_DIR, WORKSPACE, SessionLimits
 from sandbox.sessions.backends.base import (
     AGENT_ARGV,
     Handle,
@@ -102,6 +102,7 @@ class BubblewrapSessionBackend(SessionBackend):
         limits: SessionLimits,
         ctl_dir: str | None,
         image: str | None = None,
+        socket_dir: str | None = None,
     ) -> tuple[list[str], str | None]:
         shaped = copy.copy(self.base)  # not a new backend: that would take a uid block a start
         shaped.tmpfs_mb = limits.tmp_mb
@@ -120,6 +121,7 @@ class BubblewrapSessionBackend(SessionBackend):
             str(limits.disk_mb << 20),
             "--tmpfs",
             WORKSPACE,
+            *(["--ro-bind", socket_dir, SOCKET_DIR] if socket_dir else []),
             "--remount-ro",
             "/",
             "--chdir",
@@ -129,6 +131,9 @@ class BubblewrapSessionBackend(SessionBackend):
 
     def env(self) -> dict[str, str]:
         return self.base.env()
+
+    def host_uid(self, uid: int) -> int:
+        return uid if os.geteuid() == 0 else os.geteuid()  # unprivileged: no setpriv (ours)
 
     def registered(self, handle: Handle) -> None:
         self._live[handle.name] = handle

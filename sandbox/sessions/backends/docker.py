@@ -31,8 +31,9 @@ import socket
 import subprocess
 from collections.abc import Sequence
 
+from sandbox.errors import SandboxUnavailable
 from sandbox.isolation.backends.docker import DockerBackend, _ctl_listener, _run
-from sandbox.sessions.api import WORKSPACE, SessionLimits
+from sandbox.sessions.api import SOCKET_DIR, WORKSPACE, SessionLimits
 from sandbox.sessions.backends.base import (
     AGENT_ARGV,
     SESSION_LABEL,
@@ -113,9 +114,15 @@ class DockerSessionBackend(SessionBackend):
         limits: SessionLimits,
         ctl_dir: str | None,
         image: str | None = None,
+        socket_dir: str | None = None,
     ) -> tuple[list[str], str | None]:
         host = self.base.hosts[self._next_host % len(self.base.hosts)]
         self._next_host += 1
+        if socket_dir and host and not host.startswith("unix://"):
+            raise SandboxUnavailable(
+                f"a session with a socket_dir needs a local Docker engine (the socket is a file "
+                f"of this host), not DOCKER_HOST={host}"
+            )
         shaped = copy.copy(self.base)  # the runner backend's flags, sized for this session
         shaped.memory_mb = limits.tree_memory_mb() + self.extra_memory_mb(image)
         shaped.pids_limit = limits.processes + PIDS_MARGIN
@@ -141,6 +148,7 @@ class DockerSessionBackend(SessionBackend):
             *extra_image,
             "--label",
             SESSION_LABEL,
+            *(["--volume", f"{socket_dir}:{SOCKET_DIR}:ro"] if socket_dir else []),
             "--tmpfs",
             f"{WORKSPACE}:rw,exec,nosuid,nodev,size={limits.disk_mb}m,uid={uid},gid={uid},"
             "mode=0755",

@@ -1,0 +1,261 @@
+"""The driving process at scale: CPU per turn over HTTP against the manager's own (issue 33).
+
+Three scans, each against instant SGLang stand-ins in separate processes
+(benchmarks/instant_sglang.py: raw asyncio HTTP/1.1, canned answers, so the driver is the
+bottleneck), with the project's own RolloutManager + SGLangEngine and a trivial tool env:
+
+- N scan: CPU of the driving process per turn (`time.process_time()`, this process only) at N
+  concurrent episodes over HTTP, beside the same run with an in-process instant engine (the
+  manager's own cost, no HTTP). Target: HTTP <= 2x the manager's own at N = 1,024.
+- History scan: whole-turn client CPU at 1k / 16k / 64k tokens of history over HTTP, as the
+  marginal turn: (CPU of episodes of `--turns-long` turns - of `--turns-short` turns) per extra
+  turn, so the one-off prompt tokenisation cancels. Target: 64k <= 1.5x 1k.
+- Processes scan: 1, 2, 4 driving processes, each with its own stand-in process (rollout_procs).
+  Aggregate turns/s; target: 2 processes >= 1.7x one (meaningful only with free cores).
+
+The machine's load is printed with every table: on a shared machine only ratios within one run
+mean much. Run:
+    python benchmarks/rollout_scale.py              # short (~3 min on 2 loaded cores)
+    python benchmarks/rollout_scale.py --full       # N 32..2,048, history 1k..64k, 1/2/4 procs
+    python benchmarks/rollout_scale.py --smallest   # a smoke run (the test's)
+    ... [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from instant_sglang import launch  # noqa: E402
+from rollout_overhead import InstantEngine, InstantEnv  # noqa: E402
+from rollout_procs import answer_ids, tokenizer  # noqa: E402
+
+G = 8  # samples per task
+
+
+class HistoryEnv(InstantEnv):
+    """InstantEnv whose system prompt holds about task["history"] tokens of filler."""
+
+    def initial_messages(self, task):
+        messages = super().initial_messages(task)
+        filler = "word " * int(task.get("history", 0))
+        messages[0] = {"role": "system", "content": messages[0]["content"] + filler}
+        return messages
+
+
+def memo_prompts(manager, tok) -> None:
+    """Tokenise each distinct prompt once: a 64k-token prompt's one-off rendering would drown
+    the per-turn costs the history scan compares (every episode of a row has the same one)."""
+    from gspo_agents.rollout.chat import ChatFormat
+
+    class MemoChat(ChatFormat):
+        seen: dict = {}
+
+        def prompt_ids(self, messages, tools=None):
+            key = repr((messages, tools))
+            if key not in self.seen:
+                self.seen[key] = super().prompt_ids(messages, tools=tools)
+            return list(self.seen[key])
+
+    manager.chat = MemoChat(tok)
+
+
+def _config(episodes: int, tokens_per_turn: int):
+    from gspo_agents.rollout.manager import RolloutConfig
+
+    return RolloutConfig(
+        num_samples_per_task=G,
+        max_new_tokens_per_turn=tokens_per_turn,
+        max_context_tokens=1_000_000,
+        max_live_trajectories=episodes,
+        trajectory_timeout_s=3600.0,
+    )
+
+
+async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history: int = 0):
+    """CPU seconds and wall seconds of one batch of `episodes` concurrent episodes, after a
+    first batch of the same size (connections open, templates compiled, as in a run)."""
+    from gspo_agents.rollout.manager import RolloutManager
+
+    manager = RolloutManager(
+        engine, lambda: HistoryEnv(max_turns=turns), tok, _config(episodes, tokens)
+    )
+    memo_prompts(manager, tok)
+    task = {"turns": turns, "history": history, "id": "0"}  # one prompt for all
+    tasks = [dict(task) for _ in range(max(episodes // G, 1))]
+    await manager.collect(tasks)  # warm
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = await manager.collect(tasks)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    await manager.aclose()
+    assert result.metrics["rollout/complete"] == len(tasks) * G, result.metrics
+    return cpu, wall, int(result.metrics["rollout/turns"])
+
+
+async def _http_batch(url: str, tok, *args, client: str = "ours", **kw):
+    from generate_clients import install
+
+    from gspo_agents.rollout.sglang_engine import SGLangEngine
+
+    engine = SGLangEngine([url], max_connections=4096)
+    install(engine, client)
+    try:
+        return await run_batch(engine, tok, *args, **kw)
+    finally:
+        await engine.close()
+
+
+def n_scan(url, tok, answer, sizes, turns, clients, progress) -> list[dict]:
+    rows = []
+    for n in sizes:
+        own_cpu, _, own_done = asyncio.run(
+            run_batch(InstantEngine(answer), tok, n, turns, len(answer))
+        )
+        own_ms = 1e3 * own_cpu / own_done
+        for client in clients:
+            cpu, wall, done = asyncio.run(
+                _http_batch(url, tok, n, turns, len(answer), client=client)
+            )
+            http_ms = 1e3 * cpu / done
+            rows.append(
+                {
+                    "client": client,
+                    "concurrent": n,
+                    "turns": done,
+                    "http_cpu_ms_per_turn": round(http_ms, 3),
+                    "manager_cpu_ms_per_turn": round(own_ms, 3),
+                    "ratio": round(http_ms / own_ms, 2),
+                    "http_turns_per_s": round(done / wall, 1),
+                    "load_1m": round(os.getloadavg()[0], 2),
+                }
+            )
+            progress.tick(progress.done + 1)
+            print(
+                f"N={n} {client}: HTTP {http_ms:.3f} ms/turn, manager {own_ms:.3f}", file=sys.stderr
+            )
+    return rows
+
+
+def history_scan(url, tok, answer, histories, episodes, short, long, progress) -> list[dict]:
+    rows = []
+    for h in histories:
+        cpu_s, _, turns_s = asyncio.run(
+            _http_batch(url, tok, episodes, short, len(answer), history=h)
+        )
+        cpu_l, _, turns_l = asyncio.run(
+            _http_batch(url, tok, episodes, long, len(answer), history=h)
+        )
+        marginal = 1e3 * (cpu_l - cpu_s) / (turns_l - turns_s)
+        rows.append(
+            {
+                "history_tokens": h,
+                "episodes": episodes,
+                "marginal_cpu_ms_per_turn": round(marginal, 3),
+                "load_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+        progress.tick(progress.done + 1)
+        print(f"history {h}: {marginal:.3f} ms/turn", file=sys.stderr)
+    base = rows[0]["marginal_cpu_ms_per_turn"]
+    for row in rows:
+        row["x_first"] = round(row["marginal_cpu_ms_per_turn"] / base, 2)
+    return rows
+
+
+def procs_scan(procs: list[int], episodes: int, turns: int, tokens: int, progress) -> list[dict]:
+    import rollout_procs
+
+    rows = []
+    for n in procs:
+        rows.append(rollout_procs.measure(n, episodes, turns, tokens))
+        progress.tick(progress.done + 1)
+        print(f"{n} driving processes: {rows[-1]['turns_per_s']} turns/s", file=sys.stderr)
+    return rows
+
+
+def markdown(title: str, rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    out = [f"### {title}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    out += [
+        "| " + " | ".join(f"{r[k]:,}" if isinstance(r[k], int) else str(r[k]) for k in keys) + " |"
+        for r in rows
+    ]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 1024])
+    parser.add_argument("--histories", type=int, nargs="+", default=[1024, 16384, 65536])
+    parser.add_argument("--procs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--turns", type=int, default=4, help="model turns per episode (N scan)")
+    parser.add_argument("--history-episodes", type=int, default=32)
+    parser.add_argument("--turns-short", type=int, default=2)
+    parser.add_argument("--turns-long", type=int, default=8)
+    parser.add_argument("--proc-episodes", type=int, default=256, help="per driving process")
+    parser.add_argument("--tokens-per-turn", type=int, default=32)
+    parser.add_argument(
+        "--clients",
+        nargs="+",
+        default=["ours"],
+        choices=["ours", "aiohttp", "httpx"],
+        help="/generate clients of the N scan (benchmarks/generate_clients.py)",
+    )
+    parser.add_argument("--full", action="store_true", help="N 32..2,048, 1/2/4 processes")
+    parser.add_argument("--smallest", action="store_true", help="one small row of each scan")
+    parser.add_argument("--json", help="also write the tables here")
+    args = parser.parse_args(argv)
+    if args.full:
+        args.sizes, args.procs = [32, 128, 512, 1024, 2048], [1, 2, 4]
+    if args.smallest:
+        args.sizes, args.histories, args.procs = [16], [256], [1]
+        args.history_episodes, args.turns_short, args.turns_long, args.proc_episodes = 8, 2, 3, 16
+    from gspo_agents.tracking import BenchProgress
+
+    tok = tokenizer()
+    answer = answer_ids(tok, args.tokens_per_turn)
+    progress = BenchProgress(
+        "rows, all scans",
+        len(args.sizes) * len(args.clients) + len(args.histories) + len(args.procs),
+    )
+    with launch(1, answer, answer[-1]) as (url,):
+        n_rows = n_scan(url, tok, answer, args.sizes, args.turns, args.clients, progress)
+        h_rows = history_scan(
+            url,
+            tok,
+            answer,
+            args.histories,
+            args.history_episodes,
+            args.turns_short,
+            args.turns_long,
+            progress,
+        )
+    p_rows = procs_scan(args.procs, args.proc_episodes, args.turns, args.tokens_per_turn, progress)
+    with open("/proc/loadavg") as f:
+        load = f.read().strip()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, /proc/loadavg: {load}")
+    print(markdown("Driver CPU per turn: HTTP vs the manager's own", n_rows), end="\n\n")
+    print(markdown("Whole-turn client CPU by history (marginal turn, HTTP)", h_rows), end="\n\n")
+    print(markdown("Driving processes (each with its own stand-in)", p_rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"load": load, "n_scan": n_rows, "history_scan": h_rows, "procs_scan": p_rows},
+                f,
+                indent=2,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""The /generate client (sglang_generate.py): keep-alive, a bounded pool per worker, and the line
+between a request that never left and one that may have arrived. Fast: raw asyncio servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from gspo_agents.rollout.sglang_generate import (
+    GenerateClient,
+    GenerateLost,
+    GenerateNotSent,
+    _parse,
+)
+
+ANSWER = json.dumps({"meta_info": {"output_token_logprobs": [[-1.0, 5, None]]}}).encode()
+
+
+class CountingServer:
+    """HTTP/1.1 with keep-alive; counts connections, the most open at once, and bodies seen.
+    `hang_up`: close every connection after reading its request, answering nothing."""
+
+    def __init__(self, delay_s: float = 0.0, hang_up: bool = False) -> None:
+        self.delay_s, self.hang_up = delay_s, hang_up
+        self.connections = self.open = self.most_open = 0
+        self.bodies: list[bytes] = []
+
+    async def __aenter__(self) -> CountingServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.lower().split(b"\r\n"):
+                    if line.startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                self.bodies.append(await reader.readexactly(length))
+                if self.hang_up:
+                    return
+                await asyncio.sleep(self.delay_s)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(ANSWER) + ANSWER
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+def client(max_connections: int = 64) -> GenerateClient:
+    return GenerateClient(
+        connect_timeout_s=5.0, keepalive_expiry_s=4.0, max_connections=max_connections
+    )
+
+
+async def test_sequential_requests_reuse_one_connection_and_send_the_exact_bytes():
+    gen = client()
+    seen: list[tuple[str, bytes]] = []
+    gen.on_request.append(lambda url, body: seen.append((url, body)))
+    try:
+        async with CountingServer() as server:
+            for i in range(20):
+                status, body = await gen.post(server.url + "/generate", b'{"i":%d}' % i, {})
+                assert (status, body) == (200, ANSWER)
+    finally:
+        await gen.aclose()
+    assert server.connections == 1  # keep-alive: no connection per request
+    assert server.bodies == [b'{"i":%d}' % i for i in range(20)]
+    assert seen[3] == (server.url + "/generate", b'{"i":3}')
+
+
+async def test_in_flight_requests_per_worker_are_bounded_and_each_worker_has_its_own_pool():
+    gen = client(max_connections=3)
+    try:
+        async with CountingServer(delay_s=0.05) as a, CountingServer(delay_s=0.05) as b:
+            posts = [gen.post(s.url + "/generate", b"{}", {}) for s in (a, b) for _ in range(12)]
+            answers = await asyncio.gather(*posts)
+    finally:
+        await gen.aclose()
+    assert [status for status, _ in answers] == [200] * 24
+    # At most 3 per worker, however many wait; each worker had all 3 (the other's don't count).
+    assert a.most_open == b.most_open == 3
+    assert a.connections == b.connections == 3
+
+
+async def test_a_refused_connection_is_not_sent_and_a_hang_up_may_have_arrived():
+    gen = client()
+    try:
+        async with CountingServer() as server:
+            url = server.url
+        with pytest.raises(GenerateNotSent):  # nothing listens there any more
+            await gen.post(url + "/generate", b"{}", {})
+        async with CountingServer(hang_up=True) as server:
+            with pytest.raises(GenerateLost):
+                await gen.post(server.url + "/generate", b'{"x":1}', {})
+            assert server.bodies == [b'{"x":1}']  # it did arrive: the engine must abort it
+    finally:
+        await gen.aclose()
+
+
+def test_max_connections_must_be_positive():
+    with pytest.raises(ValueError, match="max_connections"):
+        client(max_connections=0)
+
+
+@pytest.mark.parametrize(
+    ("wire", "expected"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", (200, b"ok", True)),
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nConnection: close\r\n\r\nok",
+            (200, b"ok", False),
+        ),
+        (
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nTrailer: t\r\n\r\n",
+            (503, b"abcde", True),
+        ),
+    ],
+)
+def test_answers_are_read_by_their_framing_and_only_when_whole(wire, expected):
+    for cut in range(len(wire)):  # any prefix is not an answer yet
+        assert _parse(bytearray(wire[:cut]), eof=False) is None
+    assert _parse(bytearray(wire), eof=False) == expected
+
+
+def test_an_answer_without_length_ends_with_the_connection():
+    wire = b"HTTP/1.0 200 OK\r\n\r\n{}"
+    assert _parse(bytearray(wire), eof=False) is None
+    assert _parse(bytearray(wire), eof=True) == (200, b"{}", False)
+
+
+async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent():
+    gen = client()
+    try:
+        async with CountingServer() as server:
+            with pytest.raises(ValueError, match="line break"):
+                await gen.post(server.url + "/generate", b"{}", {"x-key": "a\r\nHost: evil"})
+        assert server.connections == 0
+    finally:
+        await gen.aclose()
