@@ -67,21 +67,31 @@ async def test_nccl_update_pauses_in_flight_generation_then_continues(engine, se
     await engine.init_weights_update_group(
         "127.0.0.1", free_port(), group_name="parity_sync", backend="gloo", timeout_s=60
     )
-    long = asyncio.create_task(
-        engine.generate([1, 7], SamplingParams(max_new_tokens=3000), "long-running")
-    )
+    named = _perturbed_state(tiny_path, 5)  # before the long request: a shorter window
+    # The tiny model can sample EOS before the pause lands (finish "stop", the update then ran
+    # unpaused): try again with a new version; 5 in a row ending early would be a real bug.
+    long, before = None, 0  # the version the server holds before each try's update
     try:
-        await wait_steps(server.url, 3, long)
-        named = _perturbed_state(tiny_path, 5)
-        await engine.update_weights_from_distributed(named, 8, group_name="parity_sync")
-        partial = await long
+        for version in range(8, 13):
+            long = asyncio.create_task(
+                engine.generate([1, 7], SamplingParams(max_new_tokens=3000), f"long-{version}")
+            )
+            await wait_steps(server.url, 3, long)
+            if long.done():
+                continue
+            await engine.update_weights_from_distributed(named, version, group_name="parity_sync")
+            partial = await long
+            if partial.finish_reason != "stop":
+                break
+            before = version
         assert partial.finish_reason == "abort" and 0 < len(partial.token_ids) < 3000
-        assert partial.weight_version == 0
-        assert await engine.worker_health() == {server.url: True}  # version 8 on /model_info
+        assert partial.weight_version == before  # its tokens are under the old weights
+        assert await engine.worker_health() == {server.url: True}  # `version` on /model_info
         gen = await engine.generate([1, 7], SamplingParams(max_new_tokens=2), "after-nccl")
-        assert gen.weight_version == 8
+        assert gen.weight_version == version
     finally:
-        long.cancel()
+        if long is not None:
+            long.cancel()
         await engine.update_weights(tiny_path, 0)
 
 
