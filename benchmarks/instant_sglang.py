@@ -8,7 +8,9 @@ output ids with log-probs, the last one the stop id when the whole answer fits. 
 endpoints SGLangEngine reads at start answer a fixed body; anything else is 404.
 
 Run:  python benchmarks/instant_sglang.py --port 30000 [--tokens-per-turn 32 --stop-id 2]
-It prints "ready <port>" once it listens.
+It prints "ready <port>" once it listens. benchmarks/instant_sglang.c is the same stand-in in C
+(the same answers byte for byte, a fraction of the CPU per request); `launch()` runs it where a C
+compiler is.
 """
 
 from __future__ import annotations
@@ -16,10 +18,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 _MAX_NEW = re.compile(rb'"max_new_tokens":(\d+)')
 _INFO = json.dumps({"weight_version": "default", "model_path": "instant"}).encode()
@@ -87,7 +93,8 @@ class _Connection(asyncio.Protocol):
                 head = bytes(buf[:end]).lower()
                 self._path = head.split(b" ", 2)[1].split(b"?", 1)[0]
                 at = head.find(b"\r\ncontent-length:")
-                length = int(head[at + 17 : head.find(b"\r\n", at + 2)]) if at >= 0 else 0
+                eol = head.find(b"\r\n", at + 2)  # -1: it is the head's last line
+                length = int(head[at + 17 : eol if eol >= 0 else len(head)]) if at >= 0 else 0
                 self._need = end + 4 + length
             if len(buf) < self._need:
                 return
@@ -110,13 +117,44 @@ async def serve(port: int, answers: Answers) -> None:
         await server.serve_forever()
 
 
+SOURCE_C = Path(__file__).with_suffix(".c")
+
+
+def c_binary() -> Path | None:
+    """instant_sglang.c built once per source version (cached); None without a C compiler."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        return None
+    digest = hashlib.sha256(SOURCE_C.read_bytes()).hexdigest()[:16]
+    out = Path.home() / ".cache" / "gspo-agents" / "bench" / f"instant_sglang-{digest}"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        built = subprocess.run(
+            [cc, "-O2", "-o", str(tmp), str(SOURCE_C)], capture_output=True, text=True
+        )
+        if built.returncode != 0:
+            print(f"instant_sglang.c did not build ({built.stderr.strip()[:300]})", file=sys.stderr)
+            return None
+        tmp.replace(out)
+    return out
+
+
 @contextlib.contextmanager
-def launch(n: int, answer: list[int], stop_id: int):
-    """URLs of n stand-in processes (each on a free port) answering `answer`; stopped on exit."""
+def launch(n: int, answer: list[int], stop_id: int, impl: str = "auto"):
+    """URLs of n stand-in processes (each on a free port) answering `answer`; stopped on exit.
+    impl: "c" (instant_sglang.c: the driver, not the stand-in, is what a 2-core machine then
+    measures), "python" (this file), or "auto" (C where a compiler is, else Python)."""
+    if impl not in ("auto", "c", "python"):
+        raise ValueError(f"impl must be auto, c or python, got {impl!r}")
+    binary = c_binary() if impl in ("auto", "c") else None
+    if impl == "c" and binary is None:
+        raise RuntimeError("the C stand-in needs a C compiler (cc or gcc on PATH)")
+    head = [str(binary)] if binary is not None else [sys.executable, __file__]
     procs, urls = [], []
     try:
         for _ in range(n):
-            argv = [sys.executable, __file__, "--port", "0", "--stop-id", str(stop_id)]
+            argv = [*head, "--port", "0", "--stop-id", str(stop_id)]
             argv += ["--tokens-per-turn", str(len(answer))]
             argv += ["--answer-ids", ",".join(map(str, answer[:-1] or answer))]
             procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))

@@ -8,7 +8,9 @@ measured is the driving: HTTP client, manager, chat formatting, env steps. A bar
 together; aggregate turns/s = all turns / (last finish - first start). On a shared machine the
 load average is printed with each row: the ratio means something only when cores are free.
 
-Run:  python benchmarks/rollout_procs.py [--procs 1 2 4] [--episodes 256] [--turns 4] [--quick]
+Each row is the median of `--reps` interleaved rounds (one round of ~1 s moved by +-30% here).
+
+Run:  python benchmarks/rollout_procs.py [--procs 1 2 4] [--episodes 256] [--turns 16] [--quick]
 Target (issue 33): two driving processes carry >= 1.7x one process's turns/s.
 """
 
@@ -106,18 +108,37 @@ def measure(procs: int, episodes: int, turns: int, tokens_per_turn: int) -> dict
     }
 
 
+def measure_rounds(procs: list[int], reps: int, *args, progress=None) -> list[dict]:
+    """`reps` interleaved rounds over `procs` (1, 2, 4, 1, 2, 4, ...: a slow patch of a shared
+    machine hits every row alike); per row the round of median turns/s, with the range."""
+    runs: dict[int, list[dict]] = {n: [] for n in procs}
+    for _ in range(reps):
+        for n in procs:
+            runs[n].append(measure(n, *args))
+            if progress is not None:
+                progress.tick(progress.done + 1)
+            print(f"{n} driving processes: {runs[n][-1]['turns_per_s']} turns/s", file=sys.stderr)
+    rows = []
+    for n in procs:
+        ordered = sorted(runs[n], key=lambda r: r["turns_per_s"])
+        row = dict(ordered[len(ordered) // 2])
+        row["range"] = f"{ordered[0]['turns_per_s']:,.0f}-{ordered[-1]['turns_per_s']:,.0f}"
+        rows.append(row)
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     base = rows[0]["turns_per_s"]
     out = [
         "| driving processes | concurrent episodes | turns | wall s | turns/s | x one process "
-        "| driver CPU ms/turn | load avg (1 min) |",
-        "|" + "---|" * 8,
+        "| driver CPU ms/turn | load avg (1 min) | turns/s range |",
+        "|" + "---|" * 9,
     ]
     for r in rows:
         out.append(
             f"| {r['procs']} | {r['episodes']:,} | {r['turns']:,} | {r['wall_s']} "
             f"| {r['turns_per_s']:,} | {r['turns_per_s'] / base:.2f} "
-            f"| {r['driver_cpu_ms_per_turn']} | {r['load_1m']} |"
+            f"| {r['driver_cpu_ms_per_turn']} | {r['load_1m']} | {r.get('range', '')} |"
         )
     return "\n".join(out)
 
@@ -126,20 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--episodes", type=int, default=256, help="concurrent, per process")
-    parser.add_argument("--turns", type=int, default=4, help="model turns per episode")
+    parser.add_argument("--turns", type=int, default=16, help="model turns per episode")
+    parser.add_argument("--reps", type=int, default=3, help="rounds per row (median reported)")
     parser.add_argument("--tokens-per-turn", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="1 and 2 processes, 32 episodes")
     args = parser.parse_args(argv)
     if args.quick:
-        args.procs, args.episodes, args.turns = [1, 2], 64, 4
+        args.procs, args.episodes, args.turns, args.reps = [1, 2], 64, 4, 1
     from gspo_agents.tracking import BenchProgress
 
-    progress = BenchProgress("driving processes, all rows", sum(args.procs))
-    rows = []
-    for n in args.procs:
-        rows.append(measure(n, args.episodes, args.turns, args.tokens_per_turn))
-        progress.tick(progress.done + n)
-        print(f"{n} driving processes: {rows[-1]['turns_per_s']} turns/s", file=sys.stderr)
+    progress = BenchProgress("driving processes, all rounds", len(args.procs) * args.reps)
+    rows = measure_rounds(
+        args.procs, args.reps, args.episodes, args.turns, args.tokens_per_turn, progress=progress
+    )
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, instant stand-ins")
     print(table(rows))
     return 0

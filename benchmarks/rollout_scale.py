@@ -9,7 +9,9 @@ bottleneck), with the project's own RolloutManager + SGLangEngine and a trivial 
   manager's own cost, no HTTP). Target: HTTP <= 2x the manager's own at N = 1,024.
 - History scan: whole-turn client CPU at 1k / 16k / 64k tokens of history over HTTP, as the
   marginal turn: (CPU of episodes of `--turns-long` turns - of `--turns-short` turns) per extra
-  turn, so the one-off prompt tokenisation cancels. Target: 64k <= 1.5x 1k.
+  turn, so the one-off prompt tokenisation and encoding cancel. Target: 64k <= 1.5x 1k.
+Every row is the median of `--reps` rounds (its range beside it): one round of a few hundred ms
+of CPU moves by +-30% on a shared machine.
 - Processes scan: 1, 2, 4 driving processes, each with its own stand-in process (rollout_procs).
   Aggregate turns/s; target: 2 processes >= 1.7x one (meaningful only with free cores).
 
@@ -27,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -113,18 +116,24 @@ async def _http_batch(url: str, tok, *args, client: str = "ours", **kw):
         await engine.close()
 
 
-def n_scan(url, tok, answer, sizes, turns, clients, progress) -> list[dict]:
+def n_scan(url, tok, answer, sizes, turns, clients, reps, progress) -> list[dict]:
+    """Per N: `reps` rounds of (the manager's own, then each client over HTTP), medians."""
     rows = []
     for n in sizes:
-        own_cpu, _, own_done = asyncio.run(
-            run_batch(InstantEngine(answer), tok, n, turns, len(answer))
-        )
-        own_ms = 1e3 * own_cpu / own_done
+        own, http = [], {c: [] for c in clients}
+        walls = {c: [] for c in clients}
+        for _ in range(reps):
+            cpu, _, done = asyncio.run(run_batch(InstantEngine(answer), tok, n, turns, len(answer)))
+            own.append(1e3 * cpu / done)
+            for client in clients:
+                cpu, wall, done = asyncio.run(
+                    _http_batch(url, tok, n, turns, len(answer), client=client)
+                )
+                http[client].append(1e3 * cpu / done)
+                walls[client].append(done / wall)
+        own_ms = statistics.median(own)
         for client in clients:
-            cpu, wall, done = asyncio.run(
-                _http_batch(url, tok, n, turns, len(answer), client=client)
-            )
-            http_ms = 1e3 * cpu / done
+            http_ms = statistics.median(http[client])
             rows.append(
                 {
                     "client": client,
@@ -133,52 +142,58 @@ def n_scan(url, tok, answer, sizes, turns, clients, progress) -> list[dict]:
                     "http_cpu_ms_per_turn": round(http_ms, 3),
                     "manager_cpu_ms_per_turn": round(own_ms, 3),
                     "ratio": round(http_ms / own_ms, 2),
-                    "http_turns_per_s": round(done / wall, 1),
+                    "http_range": f"{min(http[client]):.3f}-{max(http[client]):.3f}",
+                    "own_range": f"{min(own):.3f}-{max(own):.3f}",
+                    "http_turns_per_s": round(statistics.median(walls[client]), 1),
                     "load_1m": round(os.getloadavg()[0], 2),
                 }
             )
             progress.tick(progress.done + 1)
             print(
-                f"N={n} {client}: HTTP {http_ms:.3f} ms/turn, manager {own_ms:.3f}", file=sys.stderr
+                f"N={n} {client}: HTTP {http_ms:.3f} ms/turn, manager {own_ms:.3f} "
+                f"(medians of {reps})",
+                file=sys.stderr,
             )
     return rows
 
 
-def history_scan(url, tok, answer, histories, episodes, short, long, progress) -> list[dict]:
+def history_scan(url, tok, answer, histories, episodes, short, long, reps, progress) -> list[dict]:
+    """Per history length: `reps` pairs of (short, long) episodes; the median marginal turn."""
     rows = []
     for h in histories:
-        cpu_s, _, turns_s = asyncio.run(
-            _http_batch(url, tok, episodes, short, len(answer), history=h)
-        )
-        cpu_l, _, turns_l = asyncio.run(
-            _http_batch(url, tok, episodes, long, len(answer), history=h)
-        )
-        marginal = 1e3 * (cpu_l - cpu_s) / (turns_l - turns_s)
+        marginals = []
+        for _ in range(reps):
+            cpu_s, _, turns_s = asyncio.run(
+                _http_batch(url, tok, episodes, short, len(answer), history=h)
+            )
+            cpu_l, _, turns_l = asyncio.run(
+                _http_batch(url, tok, episodes, long, len(answer), history=h)
+            )
+            marginals.append(1e3 * (cpu_l - cpu_s) / (turns_l - turns_s))
+        marginal = statistics.median(marginals)
         rows.append(
             {
                 "history_tokens": h,
                 "episodes": episodes,
                 "marginal_cpu_ms_per_turn": round(marginal, 3),
+                "range": f"{min(marginals):.3f}-{max(marginals):.3f}",
                 "load_1m": round(os.getloadavg()[0], 2),
             }
         )
         progress.tick(progress.done + 1)
-        print(f"history {h}: {marginal:.3f} ms/turn", file=sys.stderr)
+        print(f"history {h}: {marginal:.3f} ms/turn (median of {reps})", file=sys.stderr)
     base = rows[0]["marginal_cpu_ms_per_turn"]
     for row in rows:
         row["x_first"] = round(row["marginal_cpu_ms_per_turn"] / base, 2)
     return rows
 
 
-def procs_scan(procs: list[int], episodes: int, turns: int, tokens: int, progress) -> list[dict]:
+def procs_scan(
+    procs: list[int], episodes: int, turns: int, tokens: int, reps: int, progress
+) -> list[dict]:
     import rollout_procs
 
-    rows = []
-    for n in procs:
-        rows.append(rollout_procs.measure(n, episodes, turns, tokens))
-        progress.tick(progress.done + 1)
-        print(f"{n} driving processes: {rows[-1]['turns_per_s']} turns/s", file=sys.stderr)
-    return rows
+    return rollout_procs.measure_rounds(procs, reps, episodes, turns, tokens, progress=progress)
 
 
 def markdown(title: str, rows: list[dict]) -> str:
@@ -201,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=4, help="model turns per episode (N scan)")
     parser.add_argument("--history-episodes", type=int, default=32)
     parser.add_argument("--turns-short", type=int, default=2)
-    parser.add_argument("--turns-long", type=int, default=8)
+    parser.add_argument("--turns-long", type=int, default=32)
+    parser.add_argument("--reps", type=int, default=3, help="rounds per row (medians reported)")
     parser.add_argument("--proc-episodes", type=int, default=256, help="per driving process")
+    parser.add_argument("--proc-turns", type=int, default=16, help="turns per episode (procs)")
     parser.add_argument("--tokens-per-turn", type=int, default=32)
     parser.add_argument(
         "--clients",
@@ -220,16 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.smallest:
         args.sizes, args.histories, args.procs = [16], [256], [1]
         args.history_episodes, args.turns_short, args.turns_long, args.proc_episodes = 8, 2, 3, 16
+        args.reps, args.proc_turns = 1, 4
+    from gspo_agents.components import freeze_startup_objects
     from gspo_agents.tracking import BenchProgress
 
     tok = tokenizer()
     answer = answer_ids(tok, args.tokens_per_turn)
+    freeze_startup_objects()  # as train.py does before it drives episodes
     progress = BenchProgress(
         "rows, all scans",
-        len(args.sizes) * len(args.clients) + len(args.histories) + len(args.procs),
+        len(args.sizes) * len(args.clients) + len(args.histories) + len(args.procs) * args.reps,
     )
     with launch(1, answer, answer[-1]) as (url,):
-        n_rows = n_scan(url, tok, answer, args.sizes, args.turns, args.clients, progress)
+        n_rows = n_scan(url, tok, answer, args.sizes, args.turns, args.clients, args.reps, progress)
         h_rows = history_scan(
             url,
             tok,
@@ -238,9 +258,12 @@ def main(argv: list[str] | None = None) -> int:
             args.history_episodes,
             args.turns_short,
             args.turns_long,
+            args.reps,
             progress,
         )
-    p_rows = procs_scan(args.procs, args.proc_episodes, args.turns, args.tokens_per_turn, progress)
+    p_rows = procs_scan(
+        args.procs, args.proc_episodes, args.proc_turns, args.tokens_per_turn, args.reps, progress
+    )
     with open("/proc/loadavg") as f:
         load = f.read().strip()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, /proc/loadavg: {load}")

@@ -135,7 +135,12 @@ def _child_main(conn, spec: dict, seed: int) -> None:
 async def _serve(conn, cfg: DictConfig, model_dir: str, seed: int) -> None:
     """Consumes the parent's calls one at a time; produces one answer per call. Waits on the pipe
     (a reader thread) and on the manager; ends on `close` or when the pipe closes."""
-    from gspo_agents.components import build_engine, build_env_factory, build_sandbox
+    from gspo_agents.components import (
+        build_engine,
+        build_env_factory,
+        build_sandbox,
+        freeze_startup_objects,
+    )
     from gspo_agents.models import load_tokenizer
     from gspo_agents.rollout.manager import RolloutConfig, RolloutManager
 
@@ -149,6 +154,7 @@ async def _serve(conn, cfg: DictConfig, model_dir: str, seed: int) -> None:
     except Exception:  # noqa: BLE001 - handed to the parent, which raises it
         conn.send(("failed", traceback.format_exc()))
         return
+    freeze_startup_objects()
     conn.send(("ok", manager.weight_version))
     try:
         while True:

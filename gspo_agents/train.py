@@ -28,9 +28,11 @@ from gspo_agents.components import (
     build_env_factory,
     build_sandbox,
     check_engine_answers,
+    freeze_startup_objects,
     on_served_engine,
     resolve_start_model,
     serve_local_engine,
+    thaw_startup_objects,
 )
 from gspo_agents.config import (
     CONFIG_DIR,
@@ -254,7 +256,11 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
                 process.world_size,
                 group,
             )
-        follow(learner, rollouts)
+        freeze_startup_objects()
+        try:
+            follow(learner, rollouts)
+        finally:
+            thaw_startup_objects()
         close_process(process)
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
@@ -280,9 +286,11 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
             await close_rollouts(engine, sandbox)
 
     wandb_dir = tracker.wandb_dir
+    freeze_startup_objects()
     try:
         final_step = asyncio.run(main_async())
     finally:
+        thaw_startup_objects()
         tracker.close()
         learner.close()  # the other ranks close their rollouts at its STOP
         if served is not None:

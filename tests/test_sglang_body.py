@@ -79,3 +79,17 @@ def test_a_growing_token_history_is_trusted_without_comparing_it():
         del history[-1]
     plain = list(history) + [1]  # a plain list after a TokenHistory: compared, then extended
     assert cache.body("ep", plain, generate_rest(_sampling(), "r")) == _full(plain)
+
+
+def test_integer_ids_of_other_types_encode_as_their_value_and_others_are_refused():
+    """numpy and torch integers (an env or a caller may hand them over) give the bytes of the
+    same Python ints; an id that is not an integer is a TypeError naming it, never a body."""
+    import numpy as np
+    import torch
+
+    rest = generate_rest(SamplingParams(max_new_tokens=4), "r" * 32)
+    plain = EncodedPrefixes().body("k", [1, 22, 333], rest)
+    assert EncodedPrefixes().body("k", [np.int64(1), np.int32(22), 333], rest) == plain
+    assert EncodedPrefixes().body("k", [torch.tensor(1), 22, torch.tensor(333)], rest) == plain
+    with pytest.raises(TypeError, match="token id must be an integer.*object"):
+        EncodedPrefixes().body("k", [1, object()], rest)

@@ -26,7 +26,9 @@ encoding incremental.
 from __future__ import annotations
 
 import json
+import operator
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from gspo_agents.rollout.engine import TokenHistory
@@ -34,8 +36,55 @@ from gspo_agents.rollout.engine import TokenHistory
 _HEAD = b'{"input_ids":['
 
 
+def _as_index(obj: Any) -> int:
+    """Token ids that are not Python ints (numpy's, torch's) encode as their integer value."""
+    try:
+        return operator.index(obj)
+    except TypeError:
+        raise TypeError(
+            f"a token id must be an integer, got {type(obj).__name__}: {obj!r}"
+        ) from None
+
+
+def _compact_encoder() -> Callable[[Any], str] | None:
+    """The C encoder json.dumps(separators=(",", ":")) builds on every call, built once (2-3x
+    less CPU per turn on small bodies); None where the C accelerator is missing, or where it does
+    not give json.dumps' bytes."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        enc = make(
+            None,
+            _as_index,
+            json.encoder.encode_basestring_ascii,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            True,
+        )
+        probe: Any = {"a": [1, -2, 3.5, None, True, "x\u00e9\n"], "b": {"c": []}}
+        if "".join(enc(probe, 0)) != json.dumps(probe, separators=(",", ":")):
+            return None
+    except Exception:  # noqa: BLE001 - another Python's C encoder: use json.dumps
+        return None
+    return lambda obj: "".join(enc(obj, 0))
+
+
+_ENCODE = _compact_encoder()
+
+
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    if _ENCODE is not None:
+        return _ENCODE(obj).encode()
+    return json.dumps(obj, separators=(",", ":"), default=_as_index).encode()
+
+
+def _ids(ids: list[int]) -> bytes:
+    """`1,2,3` for [1, 2, 3]: the inside of the JSON array."""
+    return _dumps(ids)[1:-1]
 
 
 class _Entry:
@@ -82,7 +131,7 @@ class EncodedPrefixes:
         if new:
             if n:
                 entry.encoded += b","
-            entry.encoded += ",".join(map(str, map(int, new))).encode()
+            entry.encoded += _ids(new)
             self.encoded_ids += len(new)
         if isinstance(input_ids, TokenHistory):
             entry.source, entry.ids = input_ids, None

@@ -93,6 +93,8 @@ class WorkerPool:
         self._cooldown_s = cooldown_s
         self._update_s = update_timeout_s
         self.workers: list[Worker] = []
+        self._orders: dict[str, list[Worker]] = {}  # pick's cache (see _order_of)
+        self._orders_of: list[Worker] | None = None
         self.router: str | None = None
         self.version = 0
         self.start_version = 0  # what a worker reporting no version number ("default") runs
@@ -207,6 +209,20 @@ class WorkerPool:
     def urls(self) -> list[str]:
         return [w.url for w in self.workers]
 
+    def _order_of(self, key: str) -> list[Worker]:
+        """`key`'s workers in preference order, cached per key while the worker list is the
+        same list object (every change of members assigns a new one)."""
+        if self._orders_of is not self.workers:
+            self._orders, self._orders_of = {}, self.workers
+        order = self._orders.get(key)
+        if order is None:
+            by_url = {w.url: w for w in self.workers}
+            order = [by_url[u] for u in rank_workers(key, self.urls)]
+            if len(self._orders) >= 65536:  # bounded: keys are per trajectory
+                self._orders.clear()
+            self._orders[key] = order
+        return order
+
     async def pick(self, key: str) -> str | None:
         """The URL to send `key`'s request to, or None when no worker can serve in sync.
 
@@ -216,8 +232,7 @@ class WorkerPool:
         rotation, waits for recovery of each in turn, cooldowns ignored."""
         if self.router is not None:
             return self.router
-        by_url = {w.url: w for w in self.workers}
-        order = [by_url[u] for u in rank_workers(key, self.urls)]
+        order = self._order_of(key)
         now = time.monotonic()
         for worker in order:
             if worker.in_rotation:
