@@ -280,7 +280,7 @@ class SGLangEngine(GroupUpdates):
             if self._deadline_s is None:
                 return await work
             if _TIMEOUT_CM:  # no extra task per request (wait_for wraps `work` in one)
-                async with asyncio.timeout(self._deadline_s):
+                async with asyncio.timeout(self._deadline_s):  # type: ignore[attr-defined]  # 3.11+: _TIMEOUT_CM
                     return await work
             return await asyncio.wait_for(work, self._deadline_s)
         except asyncio.TimeoutError:
