@@ -6,8 +6,11 @@ config.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import gc
+import os
 import sys
 from typing import Any
 
@@ -251,7 +254,7 @@ def on_served_engine(cfg: DictConfig, url: str) -> DictConfig:
     return OmegaConf.merge(cfg, {"engine": {"kind": "sglang", "urls": [url]}})
 
 
-def freeze_startup_objects() -> None:  # thaw_startup_objects() when the run ends
+def freeze_startup_objects() -> None:
     """Move everything alive after start-up (torch, transformers, the model, the engine and its
     envs: millions of objects) out of the cyclic GC's reach, once, before the loop that drives
     episodes. Each full collection otherwise walks all of them again: at 1,024 concurrent
@@ -262,6 +265,36 @@ def freeze_startup_objects() -> None:  # thaw_startup_objects() when the run end
     gc.freeze()
 
 
-def thaw_startup_objects() -> None:
-    """Give start-up's objects back to the GC (a run in a process that goes on: tests, notebooks)."""
-    gc.unfreeze()
+@contextlib.contextmanager
+def startup_objects_frozen():
+    """freeze_startup_objects() for the block; given back to the GC after it (a run in a process
+    that goes on: tests, notebooks)."""
+    freeze_startup_objects()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def check_one_host(process) -> None:
+    """engine=local is served on rank 0's loopback: only ranks on its host can reach it."""
+    from gspo_agents.config import ConfigError
+
+    if int(os.environ.get("LOCAL_WORLD_SIZE", process.world_size)) != process.world_size:
+        raise ConfigError(
+            "rollout.drivers=all_ranks with engine=local serves the engine on rank 0's "
+            "loopback, which ranks on other nodes cannot reach; use engine=sglang "
+            "engine.urls=[...] (workers every node reaches) or rollout.drivers=rank0"
+        )
+
+
+async def close_rollouts(engine, sandbox) -> None:
+    """A driving process's engine client, sandbox and tool envs' sessions (of this loop)."""
+    if engine is not None:
+        await engine.close()
+    if sandbox is not None:
+        await sandbox.aclose()
+    if "sandbox.sessions" in sys.modules:
+        await sys.modules["sandbox.sessions"].close_sessions()
+    if "envs.openenv.container" in sys.modules:  # OpenEnv server images it started
+        await asyncio.to_thread(sys.modules["envs.openenv.container"].close_servers)

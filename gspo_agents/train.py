@@ -28,11 +28,12 @@ from gspo_agents.components import (
     build_env_factory,
     build_sandbox,
     check_engine_answers,
-    freeze_startup_objects,
+    check_one_host,
+    close_rollouts,
     on_served_engine,
     resolve_start_model,
     serve_local_engine,
-    thaw_startup_objects,
+    startup_objects_frozen,
 )
 from gspo_agents.config import (
     CONFIG_DIR,
@@ -161,30 +162,6 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
     return metrics
 
 
-def check_one_host(process) -> None:
-    """engine=local is served on rank 0's loopback: only ranks on its host can reach it."""
-    from gspo_agents.config import ConfigError
-
-    if int(os.environ.get("LOCAL_WORLD_SIZE", process.world_size)) != process.world_size:
-        raise ConfigError(
-            "rollout.drivers=all_ranks with engine=local serves the engine on rank 0's "
-            "loopback, which ranks on other nodes cannot reach; use engine=sglang "
-            "engine.urls=[...] (workers every node reaches) or rollout.drivers=rank0"
-        )
-
-
-async def close_rollouts(engine, sandbox) -> None:
-    """A driving process's engine client, sandbox and tool envs' sessions (of this loop)."""
-    if engine is not None:
-        await engine.close()
-    if sandbox is not None:
-        await sandbox.aclose()
-    if "sandbox.sessions" in sys.modules:
-        await sys.modules["sandbox.sessions"].close_sessions()
-    if "envs.openenv.container" in sys.modules:  # OpenEnv server images it started
-        await asyncio.to_thread(sys.modules["envs.openenv.container"].close_servers)
-
-
 def quiet_libraries() -> None:
     """Our console line is the progress display; silence per-load progress bars."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -256,11 +233,8 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
                 process.world_size,
                 group,
             )
-        freeze_startup_objects()
-        try:
+        with startup_objects_frozen():
             follow(learner, rollouts)
-        finally:
-            thaw_startup_objects()
         close_process(process)
         return {"run_dir": str(run_dir), "rank": process.rank}
     learner = LearnerGroup(learner)
@@ -286,11 +260,10 @@ def _run(cfg: DictConfig, process, resume: bool, env, tasks: list[dict], sandbox
             await close_rollouts(engine, sandbox)
 
     wandb_dir = tracker.wandb_dir
-    freeze_startup_objects()
     try:
-        final_step = asyncio.run(main_async())
+        with startup_objects_frozen():
+            final_step = asyncio.run(main_async())
     finally:
-        thaw_startup_objects()
         tracker.close()
         learner.close()  # the other ranks close their rollouts at its STOP
         if served is not None:

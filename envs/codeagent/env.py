@@ -181,12 +181,10 @@ class CodeAgentEnv(ToolEnv):
         self._tools.update({t.name: tool_from_mcp(t, self.mcp.call) for t in listed})
 
     async def on_close(self) -> None:
+        from envs.tools.mcp import close_mcp_then_session
+
         mcp, self.mcp = self.mcp, None
-        try:
-            if mcp is not None:
-                await mcp.close()
-        finally:
-            await self.session.close()
+        await close_mcp_then_session(mcp, self.session)
 
     async def _judge(self) -> Any:
         """The sandbox that runs the hidden checks (created on first use when none was passed)."""

@@ -27,7 +27,7 @@ from envs.errors import InfraError
 from envs.tools.env import ToolError
 from envs.tools.schema import Tool
 
-__all__ = ["McpTools", "render_result", "tool_from_mcp"]
+__all__ = ["McpTools", "close_mcp_then_session", "render_result", "tool_from_mcp"]
 
 
 def tool_from_mcp(
@@ -157,3 +157,13 @@ def _why(exc: BaseException) -> str:
     if inner:
         return _why(inner[0])
     return f"{type(exc).__name__}: {exc}"
+
+
+async def close_mcp_then_session(mcp: McpTools | None, session: Any) -> None:
+    """An episode's end for a tool env with MCP tools: the client first (its server runs in the
+    session), then the session, whatever the client's close raised."""
+    try:
+        if mcp is not None:
+            await mcp.close()
+    finally:
+        await session.close()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.tools.env import ToolEnv
-from envs.tools.mcp import McpTools, tool_from_mcp
+from envs.tools.mcp import McpTools, close_mcp_then_session, tool_from_mcp
 from envs.tools.schema import Tool
 from envs.tools.session import EpisodeSession
 
@@ -89,8 +89,4 @@ class McpToolEnv(ToolEnv):
 
     async def on_close(self) -> None:
         mcp, self.mcp = self.mcp, None
-        try:
-            if mcp is not None:
-                await mcp.close()
-        finally:
-            await self.session.close()
+        await close_mcp_then_session(mcp, self.session)

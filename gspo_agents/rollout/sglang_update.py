@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -228,7 +228,9 @@ class GroupUpdates:
     async def _ensure_started(self) -> None: ...
     async def _pause(self, mode: str) -> None: ...
     async def resume(self) -> None: ...
-    def _report_dropped(self, version: int, failed: dict[str, str]) -> None: ...
+
+    # An annotation, not a stub method: a stub here would shadow DiskUpdates' in the MRO.
+    _report_dropped: Callable[[int, dict[str, str]], None]
 
     async def init_weights_update_group(
         self,

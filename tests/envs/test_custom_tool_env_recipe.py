@@ -21,11 +21,8 @@ def _recipe() -> str:
     return block
 
 
-def test_recipe_is_under_50_lines():
-    assert len(_recipe().strip().splitlines()) < 50
-
-
-def test_recipe_registers_renders_and_plays_an_episode(tmp_path, monkeypatch):
+def install_recipe(tmp_path, monkeypatch) -> None:
+    """The recipe as a user's package `my_envs` on sys.path, imported fresh and registered."""
     package = tmp_path / "my_envs"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -34,6 +31,14 @@ def test_recipe_registers_renders_and_plays_an_episode(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m == "my_envs" or m.startswith("my_envs.")]:
         monkeypatch.delitem(sys.modules, name)
     importlib.import_module("my_envs.units").register()
+
+
+def test_recipe_is_under_50_lines():
+    assert len(_recipe().strip().splitlines()) < 50
+
+
+def test_recipe_registers_renders_and_plays_an_episode(tmp_path, monkeypatch):
+    install_recipe(tmp_path, monkeypatch)
     try:
         env = envs.make("myenv/Units-v0")
         schema = env.tool_schemas()[0]["function"]
@@ -86,14 +91,7 @@ def test_the_cold_start_trains_on_both_turns_of_the_reference(tmp_path, monkeypa
     from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
     from gspo_agents.sft import build_examples
 
-    package = tmp_path / "my_envs"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "units.py").write_text(_recipe())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "my_envs" or m.startswith("my_envs.")]:
-        monkeypatch.delitem(sys.modules, name)
-    importlib.import_module("my_envs.units").register()
+    install_recipe(tmp_path, monkeypatch)
     try:
         env = envs.make("myenv/Units-v0")
         tokenizer = load_tokenizer(resolve_model(ModelConfig(name="tiny-agent")))

@@ -7,9 +7,6 @@ the env's tool schemas, to exactly the calls (and prose) the Hermes turn held.
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
 
 import envs
@@ -77,19 +74,12 @@ def test_a_turn_in_qwen3_coder_keeps_its_prose_and_typed_arguments():
 def test_the_cold_start_teaches_and_steps_the_env_in_qwen3_coder(tmp_path, monkeypatch):
     """The recipe env (envs/README_custom_env.md) under qwen3_coder: the call example is XML,
     and the env, parsing XML, ran the tool (its result is in the next example's prompt)."""
-    from test_custom_tool_env_recipe import _recipe
+    from test_custom_tool_env_recipe import install_recipe
 
     from gspo_agents.models import ModelConfig, load_tokenizer, resolve_model
     from gspo_agents.sft import build_examples, cache_key, reference_format
 
-    package = tmp_path / "my_envs"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "units.py").write_text(_recipe())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "my_envs" or m.startswith("my_envs.")]:
-        monkeypatch.delitem(sys.modules, name)
-    importlib.import_module("my_envs.units").register()
+    install_recipe(tmp_path, monkeypatch)
     try:
         env = envs.make("myenv/Units-v0")
         env.unwrapped.use_tool_format("qwen3_coder")
