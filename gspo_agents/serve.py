@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import selectors
@@ -197,6 +198,8 @@ class ServerProcess:
                 self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+        with contextlib.suppress(OSError):  # its log was for while it ran
+            os.unlink(self.log_path)
 
     def kill(self) -> None:
         """SIGKILL, as a crashed worker dies (fault-injection tests)."""
@@ -250,10 +253,12 @@ def launch(
                 if line.startswith("READY "):
                     server.url = line.split()[1]
                     return server
+    code = process.poll()
+    tail = server.log_tail()
     server.stop()
     raise RuntimeError(
         f"`{' '.join(cmd)}` did not become ready within {ready_timeout_s} s "
-        f"(exit code {process.poll()}); its log ends with:\n{server.log_tail()}"
+        f"(exit code {code}); its log ends with:\n{tail}"
     )
 
 
@@ -267,6 +272,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: uvicorn has shut down gracefully; no traceback
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -174,12 +174,13 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:
     """Train as `cfg` says; returns a summary. The Python API and the CLI both land here.
     `overrides`: the keys set explicitly, which an env class's `default_sizing` never replaces."""
     import envs
-    from gspo_agents.learner.parallel import broadcast_object, init_process
-    from gspo_agents.models import load_tokenizer
 
     explicit = explicit_keys(overrides or [])
     cfg = apply_env_sizing(cfg, explicit)
     check_choices(cfg)
+    from gspo_agents.learner.parallel import broadcast_object, init_process
+    from gspo_agents.models import load_tokenizer
+
     if cfg.engine.kind == "sglang":
         asyncio.run(check_engine_answers(cfg))  # before minutes of cold start, not after
     process = init_process()  # joins torchrun's process group; a no-op for one process
@@ -280,6 +281,9 @@ def main(cfg: DictConfig) -> None:
     from gspo_agents.cli import user_errors_as_one_line
 
     with user_errors_as_one_line():
+        import envs
+
+        envs.resolve_id(cfg.env.name)  # an unknown env id in a second, before torch loads
         check_choices(cfg)  # before torch loads; again after the env's sizing in run()
     quiet_libraries()
     if cfg.trainer.nproc > 1 and "RANK" not in os.environ:

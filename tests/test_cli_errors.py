@@ -92,13 +92,16 @@ def test_debug_shows_the_traceback():
     assert "Traceback" in done.stderr and "ConfigError" in done.stderr
 
 
-def test_an_unknown_env_id_is_one_line(tmp_path):
+def test_an_unknown_env_id_is_one_line_before_torch_is_imported(tmp_path):
     done = python(
-        "-m", "gspo_agents.train", "env.name=gspo/Nope-v0", f"trainer.run_dir={tmp_path / 'r'}"
-    )
+        "-X", "importtime", "-m", "gspo_agents.train", "env.name=gspo/Nope-v0",
+        f"trainer.run_dir={tmp_path / 'r'}",
+    )  # fmt: skip
     assert done.returncode == 1
     line = one_error_line(done.stderr)
     assert "Unknown environment 'gspo/Nope-v0'" in line and "Short names:" in line
+    assert not {"torch", "transformers"} & imported_modules(done.stderr)
+    assert not (tmp_path / "r").exists()
 
 
 def test_user_errors_of_the_data_and_infrastructure_are_in_the_one_line_set(tmp_path):

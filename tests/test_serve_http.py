@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 import torch
-from engine_helpers import TOL, learner_logprobs, server_info, wait_steps
+from engine_helpers import TOL, launch_tiny, learner_logprobs, server_info, wait_steps
 
 from gspo_agents.models import load_model
 
@@ -217,3 +217,20 @@ async def test_flush_is_refused_while_requests_run_unless_retracted(client, serv
         await client.post("/abort_request", json={"rid": rid})
         await long
     assert (await client.post("/flush_cache")).status_code == 200
+
+
+def test_ctrl_c_stops_the_server_quietly_and_stop_removes_its_log(tiny_path):
+    """Ctrl-C is uvicorn's graceful shutdown: exit 130 and no traceback in the log; the log
+    file `launch` made is removed once the server is stopped (none left behind in /tmp)."""
+    import os
+    import signal
+
+    srv = launch_tiny(tiny_path)
+    try:
+        srv.process.send_signal(signal.SIGINT)
+        assert srv.process.wait(30) == 130
+        log = srv.log_tail(20000)
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+    finally:
+        srv.stop()
+    assert not os.path.exists(srv.log_path)

@@ -33,6 +33,7 @@ from envs.swe.editing import gold_edits
 from envs.swe.env import SWEEnv, task_row
 from envs.swe.images import repo_dir
 from envs.swe.instances import Instance
+from envs.swe.progress import Progress
 from envs.tools import ToolError
 from envs.tools.trajectory import tool_call
 
@@ -190,13 +191,20 @@ async def play(
     sem = asyncio.Semaphore(concurrency)
     by_id = {i.instance_id: i for i in instances}
 
-    async def one(inst: Instance, agent: str) -> Play:
-        async with sem:
-            return await _episode(inst, agent, path, backend, images)
-
     todo = [(i, a) for i in instances for a in agents]
     if plan is not None:
         todo = [(by_id[iid], a) for iid, a in plan]
+    progress = Progress("episodes", len(todo))
+    errors = 0
+
+    async def one(inst: Instance, agent: str) -> Play:
+        nonlocal errors
+        async with sem:
+            result = await _episode(inst, agent, path, backend, images)
+        errors += result.reward is None
+        progress.tick(f"{errors} infrastructure errors so far")
+        return result
+
     return list(await asyncio.gather(*(one(i, a) for i, a in todo)))
 
 

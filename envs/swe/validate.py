@@ -25,6 +25,7 @@ from pathlib import Path
 from envs.swe.grading import SUCCESS, TestRun, run_tests
 from envs.swe.images import placement, repo_options
 from envs.swe.instances import Instance
+from envs.swe.progress import Progress
 from envs.swe.repo import PatchError, apply_patch, materialize
 from envs.swe.runners import parse_log, runner_for
 from envs.swe.testbed import ImageTree, patch_paths
@@ -156,9 +157,16 @@ async def validate(
     limits = SessionLimits(exec_timeout_s=300, cpu_s=3600, wall_s=7200, disk_mb=512)
     sem = asyncio.Semaphore(concurrency)
 
+    progress = Progress("validate", len(instances))
+    invalid = 0
+
     async def one(inst: Instance, tmp: Path) -> Validation:
+        nonlocal invalid
         async with sem:
-            return await validate_one(inst, limits, backend=backend, tmp=tmp, images=images)
+            result = await validate_one(inst, limits, backend=backend, tmp=tmp, images=images)
+        invalid += not result.ok
+        progress.tick(f"{invalid} invalid so far")
+        return result
 
     with tempfile.TemporaryDirectory(prefix="swe-validate-") as tmp:
         return list(await asyncio.gather(*(one(i, Path(tmp)) for i in instances)))

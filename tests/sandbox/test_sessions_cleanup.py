@@ -162,8 +162,9 @@ async def test_a_warm_sandbox_that_died_is_replaced(session_backend: str) -> Non
 
 TRAINER = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, faulthandler, signal, sys
     from sandbox import SessionPool
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does
 
     async def main():
         pool = SessionPool(sys.argv[1], max_sessions=4, warm=1)
@@ -225,6 +226,12 @@ async def test_killed_trainer_leaves_nothing_after_the_next_start(
         trainer.send_signal(sig)
         try:
             trainer.wait(timeout=patience(60))  # a clean shutdown under load takes longer
+        except subprocess.TimeoutExpired:
+            trainer.send_signal(signal.SIGUSR1)  # every thread's stack, into its stderr
+            time.sleep(1)
+            trainer.kill()
+            _, err = trainer.communicate()
+            pytest.fail(f"the trainer did not exit {patience(60):.0f} s after {sig.name}:\n{err}")
         finally:
             trainer.kill()
             trainer.wait()
