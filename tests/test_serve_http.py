@@ -219,6 +219,7 @@ async def test_flush_is_refused_while_requests_run_unless_retracted(client, serv
     assert (await client.post("/flush_cache")).status_code == 200
 
 
+@pytest.mark.slow  # a server of its own (~7 s); the fast tier keeps the shared one's tests
 def test_ctrl_c_stops_the_server_quietly_and_stop_removes_its_log(tiny_path):
     """Ctrl-C is uvicorn's graceful shutdown: exit 130 and no traceback in the log; the log
     file `launch` made is removed once the server is stopped (none left behind in /tmp)."""
