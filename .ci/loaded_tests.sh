@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The timing-sensitive tests (marker `timing`: they wait on work in other processes) on a
-# loaded machine: 4 CPU-burning processes run beside them, as on a busy laptop or a shared CI
-# box. A wait that does not scale with the machine (tests/timing.py) fails here first.
+# loaded machine: CPU-burning processes run beside them (4 by default), as on a busy laptop or
+# a shared CI box. A wait that does not scale with the machine (tests/timing.py) fails here
+# first. `.ci/run` runs them with one burner beside the SWE gates, which load both cores.
 #   bash .ci/loaded_tests.sh [pytest args...]     (BURNERS=N to change the number of burners)
 set -euo pipefail
 cd "$(dirname "$0")/.."
