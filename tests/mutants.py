@@ -18,6 +18,7 @@ PP = "gspo_agents/learner/prepass.py"
 P = "gspo_agents/learner/probe.py"
 B = "gspo_agents/batching.py"
 T = "gspo_agents/train.py"
+WI = "gspo_agents/wiring.py"  # train.py builds the learner through it
 RF = "gspo_agents/refill.py"
 M = "gspo_agents/learner/moe.py"
 OFF = "gspo_agents/offpolicy.py"
@@ -225,8 +226,8 @@ MUTANTS = {
     ),
     "reference_logprobs_at_t1": (
         L,
-        "TokenHead(self._ref, cfg.temperature, cfg.logprob_chunk_tokens)",
-        "TokenHead(self._ref, 1.0, cfg.logprob_chunk_tokens)",
+        "TokenHead(reference, cfg.temperature, cfg.logprob_chunk_tokens)",
+        "TokenHead(reference, 1.0, cfg.logprob_chunk_tokens)",
         GRAD,
     ),
     "kl_entropy_importance_weighted": (
@@ -248,7 +249,7 @@ MUTANTS = {
         GRAD,
     ),
     "clip_ratio_c_dropped_by_train_py": (
-        T,
+        WI,
         "        clip_ratio_c=a.clip_ratio_c,\n",
         "",
         NO + "::test_train_builds_the_learner_with_every_option_of_the_config",
@@ -312,26 +313,33 @@ MUTANTS = {
         GRAD,
     ),
 }
-names = sys.argv[1:] or list(MUTANTS)
-survived = []
-for name in names:
-    path, old, new, test = MUTANTS[name]
-    f = ROOT / path
-    src = f.read_text()
-    assert src.count(old) == 1, (name, src.count(old))
-    f.write_text(src.replace(old, new))
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        verdict = "KILLED" if r.returncode else "SURVIVED"
-        print(f"{name:32s} {verdict}  by {test.split('::')[1]}", flush=True)
-        if not r.returncode:
-            survived.append(name)
-    finally:
-        f.write_text(src)
-sys.exit(1 if survived else 0)
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(MUTANTS)
+    survived = []
+    for name in names:
+        path, old, new, test = MUTANTS[name]
+        f = ROOT / path
+        src = f.read_text()
+        assert src.count(old) == 1, (name, src.count(old))
+        f.write_text(src.replace(old, new))
+        try:
+            r = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            verdict = "KILLED" if r.returncode else "SURVIVED"
+            print(f"{name:32s} {verdict}  by {test.split('::')[1]}", flush=True)
+            if not r.returncode:
+                survived.append(name)
+        finally:
+            f.write_text(src)
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
