@@ -140,9 +140,28 @@ def c_binary() -> Path | None:
     return out
 
 
+class StandIns(list):
+    """The stand-ins' URLs (a list of str), with their process ids in `pids`."""
+
+    def __init__(self, urls: list[str], pids: list[int]) -> None:
+        super().__init__(urls)
+        self.pids = pids
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the stand-in processes have used so far (Linux /proc)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.pids:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (man 5 proc: 14, 15)
+        return total / tick
+
+
 @contextlib.contextmanager
 def launch(n: int, answer: list[int], stop_id: int, impl: str = "auto"):
-    """URLs of n stand-in processes (each on a free port) answering `answer`; stopped on exit.
+    """URLs of n stand-in processes (each on a free port) answering `answer`, as a `StandIns`
+    (their pids and CPU too); stopped on exit.
     impl: "c" (instant_sglang.c: the driver, not the stand-in, is what a 2-core machine then
     measures), "python" (this file), or "auto" (C where a compiler is, else Python)."""
     if impl not in ("auto", "c", "python"):
@@ -163,7 +182,7 @@ def launch(n: int, answer: list[int], stop_id: int, impl: str = "auto"):
             if not line.startswith("ready "):
                 raise RuntimeError(f"stand-in did not start (it printed {line!r})")
             urls.append(f"http://127.0.0.1:{int(line.split()[1])}")
-        yield urls
+        yield StandIns(urls, [p.pid for p in procs])
     finally:
         for proc in procs:
             proc.terminate()

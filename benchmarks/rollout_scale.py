@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns-long", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3, help="rounds per row (medians reported)")
     parser.add_argument("--proc-episodes", type=int, default=256, help="per driving process")
-    parser.add_argument("--proc-turns", type=int, default=16, help="turns per episode (procs)")
+    parser.add_argument("--proc-turns", type=int, default=32, help="turns per episode (procs)")
     parser.add_argument("--tokens-per-turn", type=int, default=32)
     parser.add_argument(
         "--clients",

@@ -41,3 +41,53 @@ def test_rollout_scale_smallest_prints_three_tables_and_writes_its_rows(tmp_path
     assert h_row["history_tokens"] == 256 and h_row["x_first"] == 1.0
     (p_row,) = rows["procs_scan"]
     assert p_row["procs"] == 1 and p_row["turns"] == 16 * 4 and p_row["turns_per_s"] > 0
+    # One process against itself, round by round; its ceiling is one process by definition.
+    assert p_row["x_first"] == 1.0 and p_row["x_ceiling"] == 1.0
+    assert p_row["standin_cpu_ms_per_turn"] >= 0 and p_row["driver_cpu_ms_per_turn"] > 0
+
+
+def test_the_ceiling_of_several_drivers_is_what_the_cores_leave_after_the_stand_ins(monkeypatch):
+    """x_ceiling = min(P, cores * d / (d + s)): computed from measured CPU, never a constant."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import rollout_procs
+
+    class FakeStandIns(list):
+        def cpu_seconds(self):
+            return 0.25  # s: 0.25 s over 2 x 500 turns = 0.25 ms per turn
+
+    @__import__("contextlib").contextmanager
+    def fake_launch(n, answer, stop):
+        yield FakeStandIns([f"http://127.0.0.1:{9 + i}" for i in range(n)])
+
+    class Proc:
+        def __init__(self, target, args):
+            self.args = args
+
+        def start(self):
+            url, *_, out = self.args
+            out.put({"turns": 500, "started": 0.0, "finished": 1.0, "cpu_s": 0.5})  # d: 1 ms
+
+        def join(self, timeout):
+            pass
+
+    class Ctx:
+        def Barrier(self, n):
+            return None
+
+        def Queue(self):
+            import queue
+
+            return queue.Queue()
+
+        Process = Proc
+
+    monkeypatch.setattr(rollout_procs, "launch", fake_launch)
+    monkeypatch.setattr(rollout_procs.mp, "get_context", lambda kind: Ctx())
+    monkeypatch.setattr(rollout_procs, "answer_ids", lambda tok, n: [1, 2])
+    monkeypatch.setattr(rollout_procs, "tokenizer", lambda: None)
+    monkeypatch.setattr(rollout_procs.os, "cpu_count", lambda: 2)
+    row = rollout_procs.measure(2, 8, 4, 32)
+    assert row["driver_cpu_ms_per_turn"] == 1.0 and row["standin_cpu_ms_per_turn"] == 0.25
+    assert row["x_ceiling"] == 1.6  # 2 cores * 1 / (1 + 0.25), under the 2 drivers
+    monkeypatch.setattr(rollout_procs.os, "cpu_count", lambda: 16)
+    assert rollout_procs.measure(2, 8, 4, 32)["x_ceiling"] == 2.0  # free cores: P itself
