@@ -165,6 +165,11 @@ TRAINER = textwrap.dedent(
     import asyncio, faulthandler, signal, sys
     from sandbox import SessionPool
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does
+    # Ctrl-C reaches a trainer in a terminal's foreground, where SIGINT is never ignored. A test
+    # run started in the background of a non-interactive shell (`nohup .ci/run &`) hands its
+    # children SIGINT ignored, and asyncio.run then installs no handler: the trainer slept on
+    # through the signal. Give this trainer the disposition a foreground one has.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     async def main():
         pool = SessionPool(sys.argv[1], max_sessions=4, warm=1)
