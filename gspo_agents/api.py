@@ -76,7 +76,8 @@ class Trainer:
 
     def fit(self) -> dict[str, Any]:
         """Train (or resume the run in trainer.run_dir); returns the run's summary."""
-        from gspo_agents.train import quiet_libraries, run
+        from gspo_agents.components import quiet_libraries
+        from gspo_agents.train import run
 
         quiet_libraries()
         return run(self.config, self.overrides)

@@ -254,6 +254,14 @@ def on_served_engine(cfg: DictConfig, url: str) -> DictConfig:
     return OmegaConf.merge(cfg, {"engine": {"kind": "sglang", "urls": [url]}})
 
 
+def quiet_libraries() -> None:
+    """Our console line is the progress display; silence per-load progress bars."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+
+
 def freeze_startup_objects() -> None:
     """Move everything alive after start-up (torch, transformers, the model, the engine and its
     envs: millions of objects) out of the cyclic GC's reach, once, before the loop that drives

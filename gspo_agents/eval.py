@@ -254,7 +254,7 @@ register_schemas()
 
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base=None)
 def main(cfg: DictConfig) -> None:
-    from gspo_agents.train import quiet_libraries
+    from gspo_agents.components import quiet_libraries
 
     quiet_libraries()
     with user_errors_as_one_line():

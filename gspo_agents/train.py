@@ -31,6 +31,7 @@ from gspo_agents.components import (
     check_one_host,
     close_rollouts,
     on_served_engine,
+    quiet_libraries,
     resolve_start_model,
     serve_local_engine,
     startup_objects_frozen,
@@ -160,14 +161,6 @@ async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) ->
         await manager.update_weights(weights, version=step + 1)
         rundir.keep_latest_weights(run_dir, Path(weights).name)
     return metrics
-
-
-def quiet_libraries() -> None:
-    """Our console line is the progress display; silence per-load progress bars."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
 
 
 def run(cfg: DictConfig, overrides: list[str] | None = None) -> dict:

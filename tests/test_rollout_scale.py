@@ -3,6 +3,7 @@ processes and print their tables, progress, and the JSON rows (issue 33)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -55,7 +56,7 @@ def test_the_ceiling_of_several_drivers_is_what_the_cores_leave_after_the_stand_
         def cpu_seconds(self):
             return 0.25  # s: 0.25 s over 2 x 500 turns = 0.25 ms per turn
 
-    @__import__("contextlib").contextmanager
+    @contextlib.contextmanager
     def fake_launch(n, answer, stop):
         yield FakeStandIns([f"http://127.0.0.1:{9 + i}" for i in range(n)])
 
