@@ -83,9 +83,15 @@ def _config(episodes: int, tokens_per_turn: int):
     )
 
 
+def _opened(engine) -> int:
+    """Connections the engine's /generate client made so far (0 for an in-process engine)."""
+    return getattr(getattr(engine, "_gen", None), "opened", 0)
+
+
 async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history: int = 0):
     """CPU seconds and wall seconds of one batch of `episodes` concurrent episodes, after a
-    first batch of the same size (connections open, templates compiled, as in a run)."""
+    first batch of the same size (connections open, templates compiled, as in a run), and the
+    connections the measured batch had to make (0 when the warm batch did its work)."""
     from gspo_agents.rollout.manager import RolloutManager
 
     manager = RolloutManager(
@@ -95,12 +101,14 @@ async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history
     task = {"turns": turns, "history": history, "id": "0"}  # one prompt for all
     tasks = [dict(task) for _ in range(max(episodes // G, 1))]
     await manager.collect(tasks)  # warm
+    opened = _opened(engine)
     cpu, wall = time.process_time(), time.perf_counter()
     result = await manager.collect(tasks)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    opened = _opened(engine) - opened
     await manager.aclose()
     assert result.metrics["rollout/complete"] == len(tasks) * G, result.metrics
-    return cpu, wall, int(result.metrics["rollout/turns"])
+    return cpu, wall, int(result.metrics["rollout/turns"]), opened
 
 
 async def _http_batch(url: str, tok, *args, client: str = "ours", **kw):
@@ -117,23 +125,28 @@ async def _http_batch(url: str, tok, *args, client: str = "ours", **kw):
 
 
 def n_scan(url, tok, answer, sizes, turns, clients, reps, progress) -> list[dict]:
-    """Per N: `reps` rounds of (the manager's own, then each client over HTTP), medians."""
+    """Per N: `reps` rounds of (the manager's own, then each client over HTTP), back to back.
+    The ratio is the median of the rounds' own ratios: a slow moment of a shared machine moves
+    both halves of a round, where a ratio of two medians mixes rounds that saw different loads."""
     rows = []
     for n in sizes:
         own, http = [], {c: [] for c in clients}
-        walls = {c: [] for c in clients}
+        walls, opened = {c: [] for c in clients}, {c: [] for c in clients}
         for _ in range(reps):
-            cpu, _, done = asyncio.run(run_batch(InstantEngine(answer), tok, n, turns, len(answer)))
+            run = run_batch(InstantEngine(answer), tok, n, turns, len(answer))
+            cpu, _, done, _ = asyncio.run(run)
             own.append(1e3 * cpu / done)
             for client in clients:
-                cpu, wall, done = asyncio.run(
+                cpu, wall, done, made = asyncio.run(
                     _http_batch(url, tok, n, turns, len(answer), client=client)
                 )
                 http[client].append(1e3 * cpu / done)
                 walls[client].append(done / wall)
+                opened[client].append(made)
         own_ms = statistics.median(own)
         for client in clients:
             http_ms = statistics.median(http[client])
+            ratios = [h / o for h, o in zip(http[client], own)]
             rows.append(
                 {
                     "client": client,
@@ -141,17 +154,20 @@ def n_scan(url, tok, answer, sizes, turns, clients, reps, progress) -> list[dict
                     "turns": done,
                     "http_cpu_ms_per_turn": round(http_ms, 3),
                     "manager_cpu_ms_per_turn": round(own_ms, 3),
-                    "ratio": round(http_ms / own_ms, 2),
+                    "ratio": round(statistics.median(ratios), 2),
+                    "ratio_range": f"{min(ratios):.2f}-{max(ratios):.2f}",
                     "http_range": f"{min(http[client]):.3f}-{max(http[client]):.3f}",
                     "own_range": f"{min(own):.3f}-{max(own):.3f}",
                     "http_turns_per_s": round(statistics.median(walls[client]), 1),
+                    # connections the measured batches made: 0 when they ran on warm ones
+                    "connects": max(opened[client]),
                     "load_1m": round(os.getloadavg()[0], 2),
                 }
             )
             progress.tick(progress.done + 1)
             print(
                 f"N={n} {client}: HTTP {http_ms:.3f} ms/turn, manager {own_ms:.3f} "
-                f"(medians of {reps})",
+                f"(medians of {reps}), x {statistics.median(ratios):.2f} (median of rounds)",
                 file=sys.stderr,
             )
     return rows
@@ -163,10 +179,10 @@ def history_scan(url, tok, answer, histories, episodes, short, long, reps, progr
     for h in histories:
         marginals = []
         for _ in range(reps):
-            cpu_s, _, turns_s = asyncio.run(
+            cpu_s, _, turns_s, _ = asyncio.run(
                 _http_batch(url, tok, episodes, short, len(answer), history=h)
             )
-            cpu_l, _, turns_l = asyncio.run(
+            cpu_l, _, turns_l, _ = asyncio.run(
                 _http_batch(url, tok, episodes, long, len(answer), history=h)
             )
             marginals.append(1e3 * (cpu_l - cpu_s) / (turns_l - turns_s))

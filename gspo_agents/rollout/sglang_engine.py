@@ -75,7 +75,7 @@ from gspo_agents.rollout.engine import (
     SamplingParams,
     check_pause_mode,
 )
-from gspo_agents.rollout.sglang_body import EncodedPrefixes
+from gspo_agents.rollout.sglang_body import EncodedPrefixes, rest_tail
 from gspo_agents.rollout.sglang_disk_update import (  # noqa: F401 - StartWeightsMismatch: API
     DiskUpdates,
     StartWeightsMismatch,
@@ -87,7 +87,6 @@ from gspo_agents.rollout.sglang_wire import (
     ROUTING_KEY_HEADER,
     error_message,
     error_text,
-    generate_rest,
     json_bytes,
     parse_generation,
     pause_body,
@@ -102,6 +101,13 @@ from gspo_agents.rollout.weight_group import (
 log = logging.getLogger(__name__)
 
 _TIMEOUT_CM = hasattr(asyncio, "timeout")  # Python 3.11+
+
+
+def _retrieved(probe: asyncio.Future) -> None:
+    """A probe whose callers were all cancelled: its error was still seen (no asyncio warning
+    "exception was never retrieved"); the next call probes again and raises it."""
+    if not probe.cancelled():
+        probe.exception()
 
 
 @dataclass(slots=True)
@@ -175,7 +181,7 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
         # call, at a tenth of its cost per turn).
         self._rid_prefix, self._rid_count = uuid.uuid4().hex[:16], itertools.count()
         self._inflight: dict[str, _InFlight] = {}
-        self._start_lock = asyncio.Lock()
+        self._starting: asyncio.Future[None] | None = None  # the probe callers share
         self._started = False
         self._groups: dict[str, Any] = {}
         self._adapters: list[str] = []  # LoRA adapters loaded on the workers, oldest first
@@ -184,13 +190,29 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
         self._group_members: dict[str, list[str]] = {}
 
     async def start(self) -> None:
-        """Probe the URLs (router or workers) once; generate() calls this lazily."""
-        async with self._start_lock:
-            if not self._started:
-                await self._pool.start(self._urls, self._given_workers)
-                if self._return_routes:
-                    self._check_routes_enabled()
-                self._started = True
+        """Probe the URLs (router or workers) once; generate() calls this lazily.
+
+        Callers that come while the probe runs share it and wake together (behind a lock they
+        went on one per event-loop turn: 1,024 episodes starting at once reached the engine over
+        1,024 turns). A failed probe fails them all; the next call probes again. Cancelling a
+        caller does not cancel the probe the others wait on."""
+        if self._started:
+            return
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._probe())
+            self._starting.add_done_callback(_retrieved)
+        starting = self._starting
+        try:
+            await asyncio.shield(starting)
+        finally:
+            if starting.done() and self._starting is starting:
+                self._starting = None
+
+    async def _probe(self) -> None:
+        await self._pool.start(self._urls, self._given_workers)
+        if self._return_routes:
+            self._check_routes_enabled()
+        self._started = True
 
     def _check_routes_enabled(self) -> None:
         """Engine-side routing replay needs every worker launched to return routed experts."""
@@ -244,7 +266,8 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
             raise EngineRequestError(
                 "routed experts asked of an SGLangEngine built without return_routed_experts"
             )
-        await self._ensure_started()
+        if not self._started:
+            await self.start()
         key = route_key or route_key_of(request_id)
         if sampling.seed is not None and not self._seed_checked:
             self._warn_unless_deterministic()
@@ -282,7 +305,7 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
         while attempt < self._http.attempts:
             if failures:
                 await asyncio.sleep(backoff_s(max(attempt, 1), *self._http.backoff))
-            url = await self._pool.pick(key)
+            url = self._pool.pick_now(key) or await self._pool.pick(key)
             if url is None:
                 failures.append(
                     f"no worker can serve at weight version {self._pool.version} (all down, "
@@ -330,8 +353,8 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
         """One POST /generate to `url`; transport errors and 5xx become EngineError."""
         wire = f"{self._rid_prefix}{next(self._rid_count):016x}"
         self._inflight[request_id] = _InFlight(wire, url)
-        payload = self._prefixes.body(
-            key, input_ids, generate_rest(sampling, wire, routes_start, self._lora_name)
+        payload = self._prefixes.body_with_tail(
+            key, input_ids, rest_tail(sampling, wire, routes_start, self._lora_name)
         )
         headers = {ROUTING_KEY_HEADER: key, "content-type": "application/json"}
         try:

@@ -31,6 +31,9 @@ from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 
+_TIMEOUT_CM = hasattr(asyncio, "timeout")  # Python 3.11+
+
+
 class GenerateNotSent(Exception):
     """The connection could not be made: the request never reached the server."""
 
@@ -42,11 +45,13 @@ class GenerateLost(Exception):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; one request at a time."""
 
+    __slots__ = ("transport", "closed", "idle_since", "_buf", "_waiter")
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self._buf = bytearray()
+        self._buf = bytearray()  # an answer that came in more than one read, so far
         self._waiter: asyncio.Future[tuple[int, bytes, bool]] | None = None
 
     def connection_made(self, transport) -> None:
@@ -64,25 +69,32 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(GenerateLost(f"connection closed mid-answer ({exc!r})"))
 
     def data_received(self, data: bytes) -> None:
-        if self._waiter is None:  # bytes nobody asked for: the connection is out of step
+        waiter = self._waiter
+        if waiter is None:  # bytes nobody asked for: the connection is out of step
             self.close()
             return
-        self._buf += data
-        answer = _parse(self._buf, eof=False)
-        if answer is not None and not self._waiter.done():
-            self._waiter.set_result(answer)
+        if self._buf:
+            self._buf += data
+            answer = _parse(self._buf, eof=False)
+        else:  # most answers come in one read: parsed where they lie, no copy
+            answer = _parse(data, eof=False)
+            if answer is None:
+                self._buf += data
+        if answer is not None:
             self._waiter = None
+            if not waiter.done():
+                waiter.set_result(answer)
 
-    async def request(self, head: bytes, body: bytes) -> tuple[int, bytes, bool]:
+    def send(self, head: bytes, body: bytes, waiter: asyncio.Future) -> None:
+        """Write one request; `waiter` gets (status, body, reusable) or GenerateLost."""
         assert self.transport is not None and self._waiter is None
         self._buf.clear()
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
         if len(body) < 65536:
             self.transport.write(head + body)
         else:  # no copy of a long history's body
             self.transport.write(head)
             self.transport.write(body)
-        return await self._waiter
 
     def close(self) -> None:
         self.closed = True
@@ -90,38 +102,43 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-def _parse(buf: bytearray, eof: bool) -> tuple[int, bytes, bool] | None:
+def _header(head: bytes, name: bytes) -> bytes | None:
+    """The value of header `name` (lower case, with its colon) in a lower-cased head; the last
+    one where it repeats."""
+    at = head.rfind(b"\r\n" + name)
+    if at < 0:
+        return None
+    at += 2 + len(name)
+    eol = head.find(b"\r\n", at)
+    return head[at:] if eol < 0 else head[at:eol]
+
+
+def _parse(buf: bytes | bytearray, eof: bool) -> tuple[int, bytes, bool] | None:
     """(status, body, reusable) once `buf` holds a whole answer, else None."""
+    start = 0
     end = buf.find(b"\r\n\r\n")
-    while end >= 0 and buf[9:10] == b"1":  # an interim 1xx answer: skip it
-        del buf[: end + 4]
-        end = buf.find(b"\r\n\r\n")
+    while end >= 0 and buf[start + 9 : start + 10] == b"1":  # an interim 1xx answer: skip it
+        start = end + 4
+        end = buf.find(b"\r\n\r\n", start)
     if end < 0:
         return None
-    lines = bytes(buf[:end]).split(b"\r\n")
-    status = int(lines[0].split(b" ", 2)[1])
-    length, chunked, reusable = None, False, lines[0].startswith(b"HTTP/1.1")
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"transfer-encoding":
-            chunked = b"chunked" in value.lower()
-        elif name == b"connection":
-            reusable = reusable and b"close" not in value.lower()
+    head = bytes(buf[start:end]).lower()
+    status = int(head.split(b" ", 2)[1])
+    reusable = head.startswith(b"http/1.1")
+    connection = _header(head, b"connection:")
+    if connection is not None and b"close" in connection:
+        reusable = False
     start = end + 4
-    if chunked:
+    encoding = _header(head, b"transfer-encoding:")
+    if encoding is not None and b"chunked" in encoding:
         if not buf.endswith(b"\r\n\r\n"):  # cannot be whole yet: no re-walk of its chunks
             return None
         body = _dechunk(buf, start)
         return None if body is None else (status, body, reusable)
+    length = _header(head, b"content-length:")
     if length is not None:
-        return (
-            None
-            if len(buf) < start + length
-            else (status, bytes(buf[start : start + length]), reusable)
-        )
+        stop = start + int(length)
+        return None if len(buf) < stop else (status, bytes(buf[start:stop]), reusable)
     return (status, bytes(buf[start:]), False) if eof else None  # framed by the close
 
 
@@ -141,7 +158,9 @@ def _dechunk(buf: bytearray, pos: int) -> bytes | None:
 
 
 class _Pool:
-    """A worker's idle connections and its in-flight bound."""
+    """A worker's idle connections and its in-flight bound: `active` requests hold a slot, at
+    most `most`; the rest wait in `waiters` (pending futures only), first come first served. A
+    slot freed while some wait passes straight to the first of them."""
 
     def __init__(self, url: str, max_connections: int) -> None:
         parts = urlsplit(url)
@@ -152,7 +171,30 @@ class _Pool:
         self.ssl = parts.scheme == "https"
         self.host_header = parts.netloc.encode()
         self.idle: collections.deque[_Connection] = collections.deque()
-        self.slots = asyncio.Semaphore(max_connections)
+        self.most = max_connections
+        self.active = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def wait_for_slot(self) -> None:
+        """Queue for a slot (all `most` are held); the releaser hands its slot over."""
+        slot = asyncio.get_running_loop().create_future()
+        self.waiters.append(slot)
+        try:
+            await slot
+        except asyncio.CancelledError:
+            if slot.cancelled():
+                self.waiters.remove(slot)
+            else:  # handed a slot just as we were cancelled: pass it on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        while self.waiters:
+            slot = self.waiters.popleft()
+            if not slot.done():
+                slot.set_result(None)  # the slot is its now: `active` stays
+                return
+        self.active -= 1
 
     def take(self, expiry_s: float) -> _Connection | None:
         """The newest idle connection still open and fresh; expired ones are closed."""
@@ -179,47 +221,61 @@ class GenerateClient:
         self._max = max_connections
         self._pools: dict[str, _Pool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None  # the pools' (one loop's sockets)
-        self._split: dict[str, tuple[str, bytes]] = {}  # url -> (origin, path)
+        self._split: dict[str, tuple[_Pool, bytes]] = {}  # url -> (its worker's pool, path)
+        self.opened = 0  # connections made so far (a benchmark checks that a warm run makes none)
         # Called with (url, body) before each request is sent (tests record the wire with it).
         self.on_request: list[Callable[[str, bytes], None]] = []
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         """(status, body bytes) of one POST; GenerateNotSent / GenerateLost on transport errors."""
-        if asyncio.get_running_loop() is not self._loop:  # a new loop: the old one's sockets
-            self._pools, self._loop = {}, asyncio.get_running_loop()  # died with it
-        origin, path = self._split.get(url) or self._split_url(url)
-        pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool(origin, self._max))
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new loop: the old one's sockets died with it
+            self._pools, self._split, self._loop = {}, {}, loop
+        pool, path = self._split.get(url) or self._split_url(url)
         head = _head(path, pool.host_header, len(body), headers)
         for hook in self.on_request:
             hook(url, body)
-        async with pool.slots:
+        if pool.active < pool.most:
+            pool.active += 1
+        else:
+            await pool.wait_for_slot()
+        conn: _Connection | None = None
+        reusable = False
+        try:
             conn = pool.take(self._keepalive_s) or await self._connect(pool)
-            reusable = False
-            try:
-                status, answer, reusable = await conn.request(head, body)
-                return status, answer
-            finally:
+            answer: asyncio.Future[tuple[int, bytes, bool]] = loop.create_future()
+            conn.send(head, body, answer)
+            status, data, reusable = await answer
+            return status, data
+        finally:
+            if conn is not None:
                 if reusable and not conn.closed:
                     conn.idle_since = time.monotonic()
                     pool.idle.append(conn)
                 else:
                     conn.close()
+            pool.release()
 
-    def _split_url(self, url: str) -> tuple[str, bytes]:
+    def _split_url(self, url: str) -> tuple[_Pool, bytes]:
         parts = urlsplit(url)
-        split = (f"{parts.scheme}://{parts.netloc}", (parts.path or "/").encode())
+        origin, path = f"{parts.scheme}://{parts.netloc}", (parts.path or "/").encode()
         if parts.query:
-            split = (split[0], split[1] + b"?" + parts.query.encode())
-        self._split[url] = split
-        return split
+            path += b"?" + parts.query.encode()
+        pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool(origin, self._max))
+        self._split[url] = (pool, path)
+        return pool, path
 
     async def _connect(self, pool: _Pool) -> _Connection:
-        loop = asyncio.get_running_loop()
+        self.opened += 1
+        connecting = asyncio.get_running_loop().create_connection(
+            _Connection, pool.host, pool.port, ssl=pool.ssl or None
+        )
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(_Connection, pool.host, pool.port, ssl=pool.ssl or None),
-                self._connect_s,
-            )
+            if _TIMEOUT_CM:  # no task per connection (wait_for wraps the coroutine in one)
+                async with asyncio.timeout(self._connect_s):  # type: ignore[attr-defined]  # 3.11+
+                    _, conn = await connecting
+            else:
+                _, conn = await asyncio.wait_for(connecting, self._connect_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise GenerateNotSent(
                 f"could not connect to {pool.host}:{pool.port}: {type(exc).__name__}: {exc}"
@@ -234,10 +290,13 @@ class GenerateClient:
 
 
 def _head(path: bytes, host: bytes, length: int, headers: Mapping[str, str]) -> bytes:
-    lines = [b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n" % (path, host, length)]
-    for name, value in headers.items():
-        if "\r" in value or "\n" in value:
-            raise ValueError(f"header {name} holds a line break: {value!r}")
-        lines.append(f"{name}: {value}\r\n".encode())
-    lines.append(b"\r\n")
-    return b"".join(lines)
+    lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
+        bad = next(f"{n}: {v}" for n, v in headers.items() if set("\r\n") & set(n + v))
+        raise ValueError(f"header {bad!r} holds a line break")
+    return b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n%s\r\n" % (
+        path,
+        host,
+        length,
+        lines.encode(),
+    )

@@ -11,6 +11,11 @@ import binascii
 import json
 from typing import Any
 
+try:  # 3-5x faster than json on a /generate answer; optional
+    import orjson
+except ImportError:  # pragma: no cover - a platform without its wheel
+    orjson = None
+
 import httpx
 import torch
 
@@ -41,10 +46,14 @@ def sampling_json(sampling: SamplingParams) -> dict[str, Any]:
 
 
 def parse_version(raw: Any, fallback: int) -> int:
+    if type(raw) is int:
+        return raw
+    if raw == "default":  # SGLang's launch value (server_args.weight_version)
+        return fallback
     try:
         return int(raw)
     except (TypeError, ValueError):
-        return fallback  # SGLang's default version is the string "default"
+        return fallback  # another name: no number we know
 
 
 def parse_generation(
@@ -69,8 +78,7 @@ def parse_generation(
     pairs = meta.get("output_token_logprobs")
     if pairs is None:
         raise EngineError("/generate answered without output_token_logprobs (return_logprob)")
-    tokens = [int(p[1]) for p in pairs]
-    logprobs = [float(p[0]) for p in pairs]
+    tokens, logprobs = _token_columns(pairs)
     raw = meta.get("finish_reason")
     kind = raw.get("type") if isinstance(raw, dict) else raw
     reason: FinishReason
@@ -104,6 +112,16 @@ def parse_generation(
             "abort_message": raw.get("message") if isinstance(raw, dict) else None,
         },
     )
+
+
+def _token_columns(pairs: Any) -> tuple[list[int], list[float]]:
+    """`output_token_logprobs` ([logprob, token id, text] per token) -> (ids, log-probs)."""
+    try:
+        return [int(p[1]) for p in pairs], [float(p[0]) for p in pairs]
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise EngineError(
+            f"malformed meta_info.output_token_logprobs {str(pairs)[:200]}: {exc!r}"
+        ) from None
 
 
 def parse_routed_experts(raw: Any, positions: int) -> torch.Tensor | None:
@@ -221,12 +239,12 @@ def generate_rest(
         "return_logprob": True,
         "logprob_start_len": -1,
         "stream": False,
-        "rid": rid,
     }
     if routes_start is not None:
         body.update(return_routed_experts=True, routed_experts_start_len=routes_start)
     if lora_name is not None:  # a loaded adapter's name (GenerateReqInput.lora_path)
         body["lora_path"] = lora_name
+    body["rid"] = rid  # last: the engine splices each request's rid into cached bytes
     return body
 
 
@@ -310,10 +328,21 @@ def json_body(resp: httpx.Response) -> Any:
         raise EngineError(f"non-JSON answer from {resp.request.url}: {resp.text[:200]}") from exc
 
 
+def loads(raw: bytes) -> Any:
+    """json.loads, by orjson where it is installed; json takes what orjson refuses (NaN,
+    Infinity) and raises the same ValueError on what neither reads."""
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(raw)
+
+
 def json_bytes(where: str, raw: bytes) -> Any:
     """A JSON answer's body (bytes) -> its value; EngineError naming `where` if it is not JSON."""
     try:
-        return json.loads(raw)
+        return loads(raw)
     except ValueError as exc:
         text = raw[:200].decode(errors="replace")
         raise EngineError(f"non-JSON answer from {where}: {text}") from exc

@@ -95,6 +95,7 @@ class WorkerPool:
         self.workers: list[Worker] = []
         self._orders: dict[str, list[Worker]] = {}  # pick's cache (see _order_of)
         self._orders_of: list[Worker] | None = None
+        self._by_url: dict[str, Worker] = {}
         self.router: str | None = None
         self.version = 0
         self.start_version = 0  # what a worker reporting no version number ("default") runs
@@ -214,14 +215,24 @@ class WorkerPool:
         same list object (every change of members assigns a new one)."""
         if self._orders_of is not self.workers:
             self._orders, self._orders_of = {}, self.workers
+            self._by_url = {w.url: w for w in self.workers}
+        if len(self.workers) < 2:  # one order for every key: nothing to hash or cache
+            return self.workers
         order = self._orders.get(key)
         if order is None:
-            by_url = {w.url: w for w in self.workers}
-            order = [by_url[u] for u in rank_workers(key, self.urls)]
+            order = [self._by_url[u] for u in rank_workers(key, self.urls)]
             if len(self._orders) >= 65536:  # bounded: keys are per trajectory
                 self._orders.clear()
             self._orders[key] = order
         return order
+
+    def pick_now(self, key: str) -> str | None:
+        """`pick`'s answer when it needs no wait (the router, or the key's first worker in
+        rotation); None: ask `pick`."""
+        if self.router is not None:
+            return self.router
+        order = self._order_of(key)
+        return order[0].url if order and order[0].in_rotation else None
 
     async def pick(self, key: str) -> str | None:
         """The URL to send `key`'s request to, or None when no worker can serve in sync.
