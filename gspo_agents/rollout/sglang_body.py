@@ -112,7 +112,7 @@ def rest_tail(
     """What follows the ids in a /generate body: `],` then generate_rest(...)'s JSON without its
     opening brace. Encoded once per (sampling, routes_start, lora_name); the rid (hex, the
     engine's own: nothing to escape) is spliced in."""
-    return b"%s\"%s\"}" % (_rest_head(sampling, routes_start, lora_name), rid.encode())
+    return b'%s"%s"}' % (_rest_head(sampling, routes_start, lora_name), rid.encode())
 
 
 class _Entry:

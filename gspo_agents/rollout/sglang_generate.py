@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
-
 _TIMEOUT_CM = hasattr(asyncio, "timeout")  # Python 3.11+
 
 
