@@ -141,7 +141,7 @@ def _parse(buf: bytes | bytearray, eof: bool) -> tuple[int, bytes, bool] | None:
     return (status, bytes(buf[start:]), False) if eof else None  # framed by the close
 
 
-def _dechunk(buf: bytearray, pos: int) -> bytes | None:
+def _dechunk(buf: bytes | bytearray, pos: int) -> bytes | None:
     parts: list[bytes] = []
     while True:
         eol = buf.find(b"\r\n", pos)

@@ -14,7 +14,7 @@ from typing import Any
 try:  # 3-5x faster than json on a /generate answer; optional
     import orjson
 except ImportError:  # pragma: no cover - a platform without its wheel
-    orjson = None
+    orjson = None  # type: ignore[assignment]  # the json fallback below
 
 import httpx
 import torch
