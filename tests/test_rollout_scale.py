@@ -38,6 +38,11 @@ def test_rollout_scale_smallest_prints_three_tables_and_writes_its_rows(tmp_path
     (n_row,) = rows["n_scan"]
     assert n_row["concurrent"] == 16 and n_row["turns"] == 16 * 4  # every episode, every turn
     assert n_row["http_cpu_ms_per_turn"] > 0 and n_row["manager_cpu_ms_per_turn"] > 0
+    # The measured batch ran on the connections the warm one opened: a turn's cost, not a
+    # connection's (1,000 of 1,024 were new when concurrent callers queued at engine start).
+    assert n_row["connects"] == 0
+    low, high = map(float, n_row["ratio_range"].split("-"))
+    assert low <= n_row["ratio"] <= high  # the median of the rounds' own ratios
     (h_row,) = rows["history_scan"]
     assert h_row["history_tokens"] == 256 and h_row["x_first"] == 1.0
     (p_row,) = rows["procs_scan"]

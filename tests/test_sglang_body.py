@@ -93,3 +93,28 @@ def test_integer_ids_of_other_types_encode_as_their_value_and_others_are_refused
     assert EncodedPrefixes().body("k", [torch.tensor(1), 22, torch.tensor(333)], rest) == plain
     with pytest.raises(TypeError, match="token id must be an integer.*object"):
         EncodedPrefixes().body("k", [1, object()], rest)
+
+
+@pytest.mark.parametrize("encoder", ["orjson", "json"])
+def test_the_engines_cached_rest_gives_the_same_bytes_with_or_without_orjson(monkeypatch, encoder):
+    """SGLangEngine's bodies: the ids by orjson (json where it is missing), the rest encoded
+    once per sampling params with the rid spliced in; byte for byte the JSON of the body."""
+    import gspo_agents.rollout.sglang_body as sglang_body
+    from gspo_agents.rollout.sglang_body import rest_tail
+
+    if encoder == "json":
+        monkeypatch.setattr(sglang_body, "orjson", None)
+    cache, ids = EncodedPrefixes(), TokenHistory()
+    for turn, (routes, lora) in enumerate([(None, None), (3, None), (None, "lora-a"), (5, "b")]):
+        ids.extend(range(turn * 1000, turn * 1000 + 9))
+        for rid in ("r", "0123456789abcdef" * 2):
+            got = cache.body_with_tail("ep", ids, rest_tail(_sampling(), rid, routes, lora))
+            want = generate_body(list(ids), _sampling(), rid, routes, lora)
+            assert got == json.dumps(want, separators=(",", ":")).encode()
+    other = SamplingParams(max_new_tokens=3, temperature=0.7, top_k=20, seed=5)
+    got = EncodedPrefixes().body_with_tail("k", [1, 2], rest_tail(other, "x", None, None))
+    assert json.loads(got) == generate_body([1, 2], other, "x")
+    with pytest.raises(TypeError, match="token id must be an integer"):
+        EncodedPrefixes().body_with_tail("k", [1, "2"], rest_tail(other, "x", None, None))
+    with pytest.raises(TypeError, match="token id must be an integer, got bool"):
+        EncodedPrefixes().body_with_tail("k", [1, True], rest_tail(other, "x", None, None))

@@ -22,6 +22,7 @@ from gspo_agents.logprobs import token_logprobs
 from gspo_agents.models import load_model
 from gspo_agents.rollout.engine import (
     Engine,
+    EngineError,
     EngineRequestError,
     EngineUnavailable,
     SamplingParams,
@@ -77,6 +78,29 @@ def test_parse_generation_tolerates_shape_drift():
     body["meta_info"]["weight_version"] = "4"
     gen = parse_generation(body, 3, 10)
     assert gen.finish_reason == "stop" and gen.meta["matched"] == 9 and gen.weight_version == 4
+
+
+def test_a_malformed_logprob_list_is_an_engine_error_naming_it():
+    for pairs in ([[-1.5]], [[-1.5, "seven", None]], [None], 5):
+        body = {"meta_info": {"finish_reason": "stop", "output_token_logprobs": pairs}}
+        with pytest.raises(EngineError, match="malformed meta_info.output_token_logprobs"):
+            parse_generation(body, 0, 10)
+
+
+@pytest.mark.parametrize("decoder", ["orjson", "json"])
+def test_answers_decode_alike_with_or_without_orjson(monkeypatch, decoder):
+    """orjson decodes /generate answers where it is installed; what it refuses (NaN, Infinity,
+    which Python's json writes) and every answer where it is missing goes through json."""
+    import gspo_agents.rollout.sglang_wire as wire
+
+    if decoder == "json":
+        monkeypatch.setattr(wire, "orjson", None)
+    raw = b'{"meta_info":{"output_token_logprobs":[[-1.5,7,null],[-Infinity,9,null]]}}'
+    gen = parse_generation(wire.json_bytes("w/generate", raw), 0, 10)
+    assert gen.token_ids == [7, 9] and gen.logprobs == [-1.5, float("-inf")]
+    assert wire.loads(b'{"a":[1,2.5,"\\u00e9"]}') == {"a": [1, 2.5, "\u00e9"]}
+    with pytest.raises(EngineError, match="non-JSON answer from w/generate: <html>"):
+        wire.json_bytes("w/generate", b"<html>502</html>")
 
 
 # --- one worker ------------------------------------------------------------------------------

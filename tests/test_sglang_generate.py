@@ -13,6 +13,7 @@ from gspo_agents.rollout.sglang_generate import (
     GenerateLost,
     GenerateNotSent,
     _parse,
+    _Pool,
 )
 
 ANSWER = json.dumps({"meta_info": {"output_token_logprobs": [[-1.0, 5, None]]}}).encode()
@@ -153,3 +154,54 @@ async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent():
         assert server.connections == 0
     finally:
         await gen.aclose()
+
+
+async def test_a_request_cancelled_while_it_waits_for_a_slot_is_never_sent_nor_leaks_one():
+    gen = client(max_connections=1)
+    try:
+        async with CountingServer(delay_s=0.05) as server:
+            url = server.url + "/generate"
+            holder = asyncio.ensure_future(gen.post(url, b'{"n":0}', {}))
+            await asyncio.sleep(0.01)
+            queued = [asyncio.ensure_future(gen.post(url, b'{"n":%d}' % i, {})) for i in (1, 2)]
+            await asyncio.sleep(0.01)
+            queued[0].cancel()  # waiting in the queue
+            assert [(await t)[0] for t in (holder, queued[1])] == [200, 200]
+            with pytest.raises(asyncio.CancelledError):
+                await queued[0]
+            (pool,) = gen._pools.values()
+            assert pool.active == 0 and not pool.waiters  # nothing leaked
+            assert server.bodies == [b'{"n":0}', b'{"n":2}']  # the cancelled one never left
+            assert server.most_open == server.connections == 1  # one slot, one connection
+    finally:
+        await gen.aclose()
+
+
+async def test_a_slot_handed_to_a_waiter_cancelled_before_it_ran_passes_on():
+    """A freed slot goes to the first waiter still waiting (first come, first served); one
+    cancelled after it was handed the slot but before it ran gives it to the next."""
+    pool = _Pool("http://127.0.0.1:1", 1)
+    pool.active = 1  # the one slot is held
+    waiters = [asyncio.ensure_future(pool.wait_for_slot()) for _ in range(3)]
+    await asyncio.sleep(0)  # all three queued
+    waiters[0].cancel()
+    await asyncio.sleep(0)  # it left the queue
+    assert len(pool.waiters) == 2
+    pool.release()  # handed to waiters[1] ...
+    waiters[1].cancel()  # ... cancelled before it could run
+    await asyncio.wait_for(waiters[2], 5)  # so the slot went on (else: never)
+    assert waiters[0].cancelled() and waiters[1].cancelled()
+    assert pool.active == 1 and not pool.waiters  # waiters[2] holds the one slot
+    pool.release()
+    assert pool.active == 0
+
+
+def test_an_answer_is_parsed_the_same_from_bytes_as_from_a_buffer():
+    """Most answers come in one read and are parsed where they lie (bytes); the rest build up
+    in a bytearray. Both give the same answer, or None until it is whole."""
+    wire = b"HTTP/1.1 200 OK\r\nServer: x\r\nContent-Length: 5\r\nContent-Type: a\r\n\r\nhello"
+    for cut in range(len(wire)):
+        assert _parse(wire[:cut], eof=False) is None
+    assert _parse(wire, eof=False) == _parse(bytearray(wire), eof=False) == (200, b"hello", True)
+    close = b"HTTP/1.1 500 Oops\r\nconnection: Close\r\ncontent-length: 2\r\n\r\nno"
+    assert _parse(close, eof=False) == (500, b"no", False)

@@ -41,11 +41,14 @@ except ImportError:  # pragma: no cover - a platform without its wheel
     orjson = None  # type: ignore[assignment]  # the json fallback below
 
 _HEAD = b'{"input_ids":['
+_INT = {int}
 
 
 def _as_index(obj: Any) -> int:
     """Token ids that are not Python ints (numpy's, torch's) encode as their integer value."""
     try:
+        if isinstance(obj, bool):  # operator.index takes a bool; no token id is one
+            raise TypeError
         return operator.index(obj)
     except TypeError:
         raise TypeError(
@@ -90,12 +93,13 @@ def _dumps(obj: Any) -> bytes:
 
 
 def _ids(ids: list[int]) -> bytes:
-    """`1,2,3` for [1, 2, 3]: the inside of the JSON array."""
+    """`1,2,3` for [1, 2, 3]: the inside of the JSON array. Ids of other integer types (numpy's,
+    torch's) become their value; anything else (a str, a float, a bool) is a TypeError, never a
+    body SGLang would refuse."""
+    if not set(map(type, ids)) <= _INT:
+        ids = [_as_index(i) for i in ids]
     if orjson is not None:
-        try:
-            return orjson.dumps(ids, default=_as_index)[1:-1]
-        except (TypeError, ValueError):  # a bad id: json's encoder names it (TypeError below)
-            pass
+        return orjson.dumps(ids)[1:-1]
     return _dumps(ids)[1:-1]
 
 
