@@ -170,7 +170,7 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
         self._pool = WorkerPool(
             self._http, cooldown_s=down_cooldown_s, update_timeout_s=update_timeout_s
         )
-        # /generate has its own client (aiohttp: httpx's pool walk grew with N; see the module)
+        # /generate has its own client (httpx's pool walk grew with N; sglang_generate.py)
         self._gen = GenerateClient(
             connect_timeout_s=connect_timeout_s,
             keepalive_expiry_s=keepalive_expiry_s,

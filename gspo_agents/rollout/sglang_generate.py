@@ -8,13 +8,14 @@ cannot help, since SGLang batches the requests it holds and one connection per i
 is the point. Measured in one run against the instant stand-in (benchmarks/rollout_scale.py
 --clients, a loaded 2-core machine; the README has the table): httpx, aiohttp and this client,
 CPU of the driving process per turn. aiohttp (a C parser, an O(1) pool) removes the growth but
-still costs ~3x the manager's own work per turn; this client is what reaches the target of 2x.
+still costs ~3x the manager's own work per turn; this client costs about 2x (the rest is the
+socket round trip, a third of it kernel time on loopback, and the engine's own Python).
 
 What it does, and all it does: POST a body, read one answer with Content-Length, chunked or
 close-delimited framing; a pool per worker URL of idle keep-alive connections (a deque: taking
 and giving back are O(1); newest first, so idle ones age out at the far end), at most
-`max_connections` in flight per worker (a semaphore), keep-alive expiry under SGLang's
-(uvicorn's) 5 s, a connect timeout and no read timeout (a paused request blocks server-side).
+`max_connections` in flight per worker (a count, the freed slot handed to the first waiter),
+keep-alive expiry under SGLang's (uvicorn's) 5 s, a connect timeout and no read timeout (a paused request blocks server-side).
 A sharp line between a request that never left (`GenerateNotSent`: no connection could be made)
 and one that may have reached the server (`GenerateLost`): the engine aborts the latter's rid
 before retrying. Cancellation propagates; the connection it interrupted is closed.
