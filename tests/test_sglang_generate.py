@@ -205,3 +205,15 @@ def test_an_answer_is_parsed_the_same_from_bytes_as_from_a_buffer():
     assert _parse(wire, eof=False) == _parse(bytearray(wire), eof=False) == (200, b"hello", True)
     close = b"HTTP/1.1 500 Oops\r\nconnection: Close\r\ncontent-length: 2\r\n\r\nno"
     assert _parse(close, eof=False) == (500, b"no", False)
+
+
+async def test_a_waiter_cancelled_and_dropped_by_a_release_before_it_ran_leaves_cleanly():
+    pool = _Pool("http://127.0.0.1:1", 1)
+    pool.active = 1
+    waiter = asyncio.ensure_future(pool.wait_for_slot())
+    await asyncio.sleep(0)  # queued
+    waiter.cancel()  # its slot future is cancelled now; its own cleanup runs later
+    pool.release()  # skips the cancelled slot, nobody else waits: the slot is free
+    with pytest.raises(asyncio.CancelledError):  # not a ValueError from its cleanup
+        await waiter
+    assert pool.active == 0 and not pool.waiters

@@ -15,7 +15,8 @@ What it does, and all it does: POST a body, read one answer with Content-Length,
 close-delimited framing; a pool per worker URL of idle keep-alive connections (a deque: taking
 and giving back are O(1); newest first, so idle ones age out at the far end), at most
 `max_connections` in flight per worker (a count, the freed slot handed to the first waiter),
-keep-alive expiry under SGLang's (uvicorn's) 5 s, a connect timeout and no read timeout (a paused request blocks server-side).
+keep-alive expiry under SGLang's (uvicorn's) 5 s, a connect timeout and no read timeout (a
+paused request blocks server-side).
 A sharp line between a request that never left (`GenerateNotSent`: no connection could be made)
 and one that may have reached the server (`GenerateLost`): the engine aborts the latter's rid
 before retrying. Cancellation propagates; the connection it interrupted is closed.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
@@ -183,7 +185,8 @@ class _Pool:
             await slot
         except asyncio.CancelledError:
             if slot.cancelled():
-                self.waiters.remove(slot)
+                with contextlib.suppress(ValueError):  # a release may have dropped it already
+                    self.waiters.remove(slot)
             else:  # handed a slot just as we were cancelled: pass it on
                 self.release()
             raise
