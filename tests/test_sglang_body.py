@@ -107,7 +107,7 @@ def test_the_engines_cached_rest_gives_the_same_bytes_with_or_without_orjson(mon
     cache, ids = EncodedPrefixes(), TokenHistory()
     for turn, (routes, lora) in enumerate([(None, None), (3, None), (None, "lora-a"), (5, "b")]):
         ids.extend(range(turn * 1000, turn * 1000 + 9))
-        for rid in ("r", "0123456789abcdef" * 2):
+        for rid in ("r", "0123456789abcdef" * 2, 'a "quoted"\\rid', "r\u00e9"):
             got = cache.body_with_tail("ep", ids, rest_tail(_sampling(), rid, routes, lora))
             want = generate_body(list(ids), _sampling(), rid, routes, lora)
             assert got == json.dumps(want, separators=(",", ":")).encode()

@@ -114,9 +114,10 @@ def rest_tail(
     sampling: SamplingParams, rid: str, routes_start: int | None, lora_name: str | None
 ) -> bytes:
     """What follows the ids in a /generate body: `],` then generate_rest(...)'s JSON without its
-    opening brace. Encoded once per (sampling, routes_start, lora_name); the rid (hex, the
-    engine's own: nothing to escape) is spliced in."""
-    return b'%s"%s"}' % (_rest_head(sampling, routes_start, lora_name), rid.encode())
+    opening brace. Encoded once per (sampling, routes_start, lora_name); the rid is spliced in
+    (the engine's are hex: nothing to escape; any other goes through the JSON encoder)."""
+    quoted = b'"%s"' % rid.encode() if rid.isascii() and rid.isalnum() else _dumps(rid)
+    return b"%s%s}" % (_rest_head(sampling, routes_start, lora_name), quoted)
 
 
 class _Entry:
