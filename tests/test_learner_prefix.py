@@ -165,11 +165,13 @@ def _assert_same_step(step0: dict, step1: dict) -> None:
 
     Adam divides each gradient element by its own magnitude, so an element whose gradient is
     rounding noise near 0 can move by up to lr either way: compare the steps as vectors (relative
-    norm) and bound any single element by a tenth of one step.
+    norm, plus room for one such element: in a 64-element norm weight one element's step of
+    -7.3e-4 against -6.9e-4 alone was 1.2e-3 of the vector's norm, on 2026-12-07's CPU and
+    transformers 5.25) and bound any single element by a tenth of one step.
     """
     for name, ref in step0.items():
         diff = step1[name] - ref
-        assert diff.norm() <= 1e-3 * ref.norm() + 1e-9, name
+        assert diff.norm() <= 1e-3 * ref.norm() + 0.1 * CFG.lr, name
         assert diff.abs().max() <= 0.1 * CFG.lr, name
 
 
