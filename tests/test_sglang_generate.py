@@ -217,3 +217,57 @@ async def test_a_waiter_cancelled_and_dropped_by_a_release_before_it_ran_leaves_
     with pytest.raises(asyncio.CancelledError):  # not a ValueError from its cleanup
         await waiter
     assert pool.active == 0 and not pool.waiters
+
+
+async def test_requests_made_in_one_loop_turn_are_written_together():
+    gen = client()
+    try:
+        async with CountingServer() as server:
+            url = server.url + "/generate"
+            await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(20)))  # 20 idle now
+            gen.flushes = 0
+            answers = await asyncio.gather(*(gen.post(url, b'{"n":2}', {}) for _ in range(20)))
+    finally:
+        await gen.aclose()
+    assert answers == [(200, ANSWER)] * 20
+    assert gen.flushes == 1  # one callback wrote all 20: the engine gets them as one burst
+    assert server.connections == 20 and server.bodies.count(b'{"n":2}') == 20
+
+
+async def test_an_idle_connection_closed_before_its_request_was_written_is_not_a_lost_request():
+    gen = client()
+    try:
+        async with CountingServer() as server:
+            url = server.url + "/generate"
+            await gen.post(url, b"{}", {})
+            (idle,) = gen._pools[server.url].idle
+            second = asyncio.ensure_future(gen.post(url, b'{"again":1}', {}))
+            await asyncio.sleep(0)  # it took the idle connection and waits for the flush...
+            assert not gen._pools[server.url].idle
+            assert idle.transport is not None
+            idle.transport.close()  # ...which finds the server gone from it: never written
+            assert await second == (200, ANSWER)  # over a new connection, not GenerateLost
+    finally:
+        await gen.aclose()
+    assert server.connections == 2 and gen.opened == 2
+    assert server.bodies == [b"{}", b'{"again":1}']  # sent once
+
+
+async def test_a_new_connection_closed_before_the_request_was_written_is_not_sent():
+    gen = client()
+    connect = gen._connect
+
+    async def closed_at_once(pool):
+        conn = await connect(pool)
+        assert conn.transport is not None
+        conn.transport.close()
+        return conn
+
+    gen._connect = closed_at_once  # type: ignore[method-assign]
+    try:
+        async with CountingServer() as server:
+            with pytest.raises(GenerateNotSent, match="before the request could be written"):
+                await gen.post(server.url + "/generate", b"{}", {})
+            assert server.bodies == []
+    finally:
+        await gen.aclose()
