@@ -9,7 +9,9 @@ bottleneck), with the project's own RolloutManager + SGLangEngine and a trivial 
   manager's own cost, no HTTP). Target: HTTP <= 2x the manager's own at N = 1,024.
 - History scan: whole-turn client CPU at 1k / 16k / 64k tokens of history over HTTP, as the
   marginal turn: (CPU of episodes of `--turns-long` turns - of `--turns-short` turns) per extra
-  turn, so the one-off prompt tokenisation and encoding cancel. Target: 64k <= 1.5x 1k.
+  turn, so the one-off prompt tokenisation and encoding cancel. Target: 64k <= 1.5x 1k. The
+  kernel's share (system time) is split out: what grows with history is the body's bytes through
+  loopback TCP, whose receiving side runs in the sender's context on one host.
 Every row is the median of `--reps` rounds (its range beside it): one round of a few hundred ms
 of CPU moves by +-30% on a shared machine.
 - Processes scan: 1, 2, 4 driving processes, each with its own stand-in process (rollout_procs).
@@ -90,8 +92,9 @@ def _opened(engine) -> int:
 
 async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history: int = 0):
     """CPU seconds and wall seconds of one batch of `episodes` concurrent episodes, after a
-    first batch of the same size (connections open, templates compiled, as in a run), and the
-    connections the measured batch had to make (0 when the warm batch did its work)."""
+    first batch of the same size (connections open, templates compiled, as in a run), the
+    connections the measured batch had to make (0 when the warm batch did its work), and the
+    kernel's share of the CPU seconds (system time: the sockets)."""
     from gspo_agents.rollout.manager import RolloutManager
 
     manager = RolloutManager(
@@ -102,13 +105,14 @@ async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history
     tasks = [dict(task) for _ in range(max(episodes // G, 1))]
     await manager.collect(tasks)  # warm
     opened = _opened(engine)
-    cpu, wall = time.process_time(), time.perf_counter()
+    cpu, wall, kernel = time.process_time(), time.perf_counter(), os.times().system
     result = await manager.collect(tasks)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    kernel = os.times().system - kernel
     opened = _opened(engine) - opened
     await manager.aclose()
     assert result.metrics["rollout/complete"] == len(tasks) * G, result.metrics
-    return cpu, wall, int(result.metrics["rollout/turns"]), opened
+    return cpu, wall, int(result.metrics["rollout/turns"]), opened, kernel
 
 
 async def _http_batch(url: str, tok, *args, client: str = "ours", **kw):
@@ -134,10 +138,10 @@ def n_scan(url, tok, answer, sizes, turns, clients, reps, progress) -> list[dict
         walls, opened = {c: [] for c in clients}, {c: [] for c in clients}
         for _ in range(reps):
             run = run_batch(InstantEngine(answer), tok, n, turns, len(answer))
-            cpu, _, done, _ = asyncio.run(run)
+            cpu, _, done, _, _ = asyncio.run(run)
             own.append(1e3 * cpu / done)
             for client in clients:
-                cpu, wall, done, made = asyncio.run(
+                cpu, wall, done, made, _ = asyncio.run(
                     _http_batch(url, tok, n, turns, len(answer), client=client)
                 )
                 http[client].append(1e3 * cpu / done)
@@ -177,30 +181,37 @@ def history_scan(url, tok, answer, histories, episodes, short, long, reps, progr
     """Per history length: `reps` pairs of (short, long) episodes; the median marginal turn."""
     rows = []
     for h in histories:
-        marginals = []
+        marginals, kernels = [], []
         for _ in range(reps):
-            cpu_s, _, turns_s, _ = asyncio.run(
+            cpu_s, _, turns_s, _, sys_s = asyncio.run(
                 _http_batch(url, tok, episodes, short, len(answer), history=h)
             )
-            cpu_l, _, turns_l, _ = asyncio.run(
+            cpu_l, _, turns_l, _, sys_l = asyncio.run(
                 _http_batch(url, tok, episodes, long, len(answer), history=h)
             )
             marginals.append(1e3 * (cpu_l - cpu_s) / (turns_l - turns_s))
+            kernels.append(1e3 * (sys_l - sys_s) / (turns_l - turns_s))
         marginal = statistics.median(marginals)
+        kernel = statistics.median(kernels)
         rows.append(
             {
                 "history_tokens": h,
                 "episodes": episodes,
                 "marginal_cpu_ms_per_turn": round(marginal, 3),
                 "range": f"{min(marginals):.3f}-{max(marginals):.3f}",
+                # of which system time (the body's bytes through the kernel's TCP on loopback,
+                # which runs the receiving side's TCP in the sender's context), and the rest
+                "kernel_ms": round(kernel, 3),
+                "user_ms": round(marginal - kernel, 3),
                 "load_1m": round(os.getloadavg()[0], 2),
             }
         )
         progress.tick(progress.done + 1)
         print(f"history {h}: {marginal:.3f} ms/turn (median of {reps})", file=sys.stderr)
-    base = rows[0]["marginal_cpu_ms_per_turn"]
+    base, base_user = rows[0]["marginal_cpu_ms_per_turn"], rows[0]["user_ms"]
     for row in rows:
         row["x_first"] = round(row["marginal_cpu_ms_per_turn"] / base, 2)
+        row["user_x_first"] = round(row["user_ms"] / base_user, 2) if base_user > 0 else None
     return rows
 
 

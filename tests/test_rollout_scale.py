@@ -45,6 +45,9 @@ def test_rollout_scale_smallest_prints_three_tables_and_writes_its_rows(tmp_path
     assert low <= n_row["ratio"] <= high  # the median of the rounds' own ratios
     (h_row,) = rows["history_scan"]
     assert h_row["history_tokens"] == 256 and h_row["x_first"] == 1.0
+    # The marginal turn split into the kernel's share (system time) and the rest.
+    split = h_row["kernel_ms"] + h_row["user_ms"]
+    assert abs(split - h_row["marginal_cpu_ms_per_turn"]) <= 0.002, h_row
     (p_row,) = rows["procs_scan"]
     assert p_row["procs"] == 1 and p_row["turns"] == 16 * 4 and p_row["turns_per_s"] > 0
     # One process against itself, round by round; its ceiling is one process by definition.
