@@ -22,6 +22,7 @@ mean much. Run:
     python benchmarks/rollout_scale.py              # short (~3 min on 2 loaded cores)
     python benchmarks/rollout_scale.py --full       # N 32..2,048, history 1k..64k, 1/2/4 procs
     python benchmarks/rollout_scale.py --smallest   # a smoke run (the test's)
+    python benchmarks/rollout_scale.py --breakdown  # + where an HTTP turn's CPU goes
     ... [--json out.json]
 """
 
@@ -177,6 +178,94 @@ def n_scan(url, tok, answer, sizes, turns, clients, reps, progress) -> list[dict
     return rows
 
 
+class CannedPost:
+    """SGLangEngine's /generate client replaced by one recorded answer of the stand-in: the
+    engine's own Python (body, answer parse, bookkeeping) without the socket."""
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
+        self.on_request: list = []
+        self.opened = 0
+
+    async def post(self, url, body, headers):
+        await asyncio.sleep(0)  # one trip through the event loop, as the socket's answer makes
+        return 200, self._answer
+
+    async def aclose(self) -> None: ...
+
+
+async def _canned_answer(url: str, tokens: int, stop: int) -> bytes:
+    """One real /generate answer of the stand-in, as bytes."""
+    from gspo_agents.rollout.engine import SamplingParams
+    from gspo_agents.rollout.sglang_body import EncodedPrefixes
+    from gspo_agents.rollout.sglang_engine import SGLangEngine
+    from gspo_agents.rollout.sglang_wire import generate_rest
+
+    engine = SGLangEngine([url])
+    try:
+        rest = generate_rest(SamplingParams(max_new_tokens=tokens, stop_token_ids=(stop,)), "r0")
+        body = EncodedPrefixes().body("k", list(range(100, 110)), rest)
+        headers = {"content-type": "application/json"}
+        status, answer = await engine._gen.post(url + "/generate", body, headers)
+    finally:
+        await engine.close()
+    assert status == 200, (status, answer[:200])
+    return answer
+
+
+def breakdown(url, tok, answer, n: int, turns: int, reps: int, progress) -> list[dict]:
+    """Where an HTTP turn's CPU goes at N = `n`: per round, the manager alone (instant engine),
+    then SGLangEngine with its /generate client replaced by the stand-in's recorded answer
+    (CannedPost), then SGLangEngine over HTTP; medians of `reps` rounds, system time beside.
+    What each adds is the median of the rounds' own differences (one slow moment moves a round)."""
+    from gspo_agents.rollout.sglang_engine import SGLangEngine
+
+    canned = asyncio.run(_canned_answer(url, len(answer), answer[-1]))
+
+    async def canned_batch():
+        engine = SGLangEngine([url], max_connections=4096)
+        await engine.start()
+        engine._gen = CannedPost(canned)
+        try:
+            return await run_batch(engine, tok, n, turns, len(answer))
+        finally:
+            await engine.close()
+
+    kinds = {
+        "the manager alone (instant engine)": lambda: run_batch(
+            InstantEngine(answer), tok, n, turns, len(answer)
+        ),
+        "+ SGLangEngine, recorded answer (no socket)": canned_batch,
+        "+ the socket (HTTP to the stand-in)": lambda: _http_batch(url, tok, n, turns, len(answer)),
+    }
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    kernel: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(reps):
+        for kind, make in kinds.items():
+            spent, _, done, _, sys_s = asyncio.run(make())
+            cpu[kind].append(1e3 * spent / done)
+            kernel[kind].append(1e3 * sys_s / done)
+    rows, previous = [], [0.0] * reps
+    for kind in kinds:
+        # what this kind adds to the one before, round by round (they ran back to back)
+        added = [now - before for now, before in zip(cpu[kind], previous)]
+        rows.append(
+            {
+                "concurrent": n,
+                "what runs": kind,
+                "cpu_ms_per_turn": round(statistics.median(cpu[kind]), 3),
+                "range": f"{min(cpu[kind]):.3f}-{max(cpu[kind]):.3f}",
+                "added_ms": round(statistics.median(added), 3),
+                "added_range": f"{min(added):.3f}-{max(added):.3f}",
+                "kernel_ms": round(statistics.median(kernel[kind]), 3),
+                "load_1m": round(os.getloadavg()[0], 2),
+            }
+        )
+        previous = cpu[kind]
+    progress.tick(progress.done + 1)
+    return rows
+
+
 def history_scan(url, tok, answer, histories, episodes, short, long, reps, progress) -> list[dict]:
     """Per history length: `reps` pairs of (short, long) episodes; the median marginal turn."""
     rows = []
@@ -255,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=["ours", "aiohttp", "httpx"],
         help="/generate clients of the N scan (benchmarks/generate_clients.py)",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also: where an HTTP turn's CPU goes at the largest N (manager, engine, socket)",
+    )
     parser.add_argument("--full", action="store_true", help="N 32..2,048, 1/2/4 processes")
     parser.add_argument("--smallest", action="store_true", help="one small row of each scan")
     parser.add_argument("--json", help="also write the tables here")
@@ -273,10 +367,18 @@ def main(argv: list[str] | None = None) -> int:
     freeze_startup_objects()  # as train.py does before it drives episodes
     progress = BenchProgress(
         "rows, all scans",
-        len(args.sizes) * len(args.clients) + len(args.histories) + len(args.procs) * args.reps,
+        len(args.sizes) * len(args.clients)
+        + len(args.histories)
+        + len(args.procs) * args.reps
+        + int(args.breakdown),
     )
     with launch(1, answer, answer[-1]) as (url,):
         n_rows = n_scan(url, tok, answer, args.sizes, args.turns, args.clients, args.reps, progress)
+        b_rows = (
+            breakdown(url, tok, answer, max(args.sizes), args.turns, args.reps, progress)
+            if args.breakdown
+            else []
+        )
         h_rows = history_scan(
             url,
             tok,
@@ -295,12 +397,20 @@ def main(argv: list[str] | None = None) -> int:
         load = f.read().strip()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, /proc/loadavg: {load}")
     print(markdown("Driver CPU per turn: HTTP vs the manager's own", n_rows), end="\n\n")
+    if b_rows:
+        print(markdown("Where an HTTP turn's CPU goes", b_rows), end="\n\n")
     print(markdown("Whole-turn client CPU by history (marginal turn, HTTP)", h_rows), end="\n\n")
     print(markdown("Driving processes (each with its own stand-in)", p_rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"load": load, "n_scan": n_rows, "history_scan": h_rows, "procs_scan": p_rows},
+                {
+                    "load": load,
+                    "n_scan": n_rows,
+                    "breakdown": b_rows,
+                    "history_scan": h_rows,
+                    "procs_scan": p_rows,
+                },
                 f,
                 indent=2,
             )

@@ -21,7 +21,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_rollout_scale_smallest_prints_three_tables_and_writes_its_rows(tmp_path):
     out = tmp_path / "scale.json"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/rollout_scale.py", "--smallest", "--json", str(out)],
+        [
+            sys.executable,
+            "benchmarks/rollout_scale.py",
+            "--smallest",
+            "--breakdown",
+            "--json",
+            str(out),
+        ],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -29,11 +36,11 @@ def test_rollout_scale_smallest_prints_three_tables_and_writes_its_rows(tmp_path
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for title in ("HTTP vs the manager's own", "by history", "Driving processes"):
+    for title in ("HTTP vs the manager's own", "CPU goes", "by history", "Driving processes"):
         assert title in proc.stdout
     assert "/proc/loadavg" in proc.stdout
     progress = [x for x in proc.stderr.splitlines() if BENCH_PROGRESS_LINE.match(x)]
-    assert [x.split(" | ")[0] for x in progress][-1] == "  rows, all scans: 3/3"
+    assert [x.split(" | ")[0] for x in progress][-1] == "  rows, all scans: 4/4"
     rows = json.loads(out.read_text())
     (n_row,) = rows["n_scan"]
     assert n_row["concurrent"] == 16 and n_row["turns"] == 16 * 4  # every episode, every turn
@@ -43,6 +50,17 @@ def test_rollout_scale_smallest_prints_three_tables_and_writes_its_rows(tmp_path
     assert n_row["connects"] == 0
     low, high = map(float, n_row["ratio_range"].split("-"))
     assert low <= n_row["ratio"] <= high  # the median of the rounds' own ratios
+    # The breakdown: the manager alone, + the engine on a recorded answer, + the socket; each
+    # row's added cost is what it adds to the one before.
+    manager, engine, http = rows["breakdown"]
+    assert "manager alone" in manager["what runs"] and "socket" in http["what runs"]
+    assert manager["concurrent"] == engine["concurrent"] == http["concurrent"] == 16
+    assert manager["added_ms"] == manager["cpu_ms_per_turn"] > 0
+    # One round here: what a row adds is its cost less the row before's, in that round.
+    for row, before in ((engine, manager), (http, engine)):
+        added = row["cpu_ms_per_turn"] - before["cpu_ms_per_turn"]
+        assert abs(row["added_ms"] - added) <= 0.002, rows["breakdown"]
+        assert row["cpu_ms_per_turn"] > 0 and row["kernel_ms"] >= 0
     (h_row,) = rows["history_scan"]
     assert h_row["history_tokens"] == 256 and h_row["x_first"] == 1.0
     # The marginal turn split into the kernel's share (system time) and the rest.
