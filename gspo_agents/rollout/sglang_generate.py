@@ -20,9 +20,9 @@ paused request blocks server-side).
 Requests made in one event-loop turn are written together, at the start of the next turn (one
 callback for all of them): the engine gets them as one burst instead of one wake-up per request.
 Measured at N = 1,024 against the instant stand-in on loopback, where each send to an idle server
-paid for waking it: the client's CPU per request fell from 0.07 to 0.03 ms above the engine's own
-Python (benchmarks/rollout_scale.py; the README has the table). A request waits at most one loop
-turn for it. A reused connection found closed when its turn comes was never written to: the
+paid for waking it: the socket's share of a turn fell from ~0.09 to 0.05-0.07 ms of CPU, its
+kernel time from 0.034 to 0.015 ms (benchmarks/rollout_scale.py --breakdown; the README has the
+table). A request waits at most one loop turn for it. A reused connection found closed when its turn comes was never written to: the
 request goes over another connection, and the worker is not blamed.
 A sharp line between a request that never left (`GenerateNotSent`: no connection could be made)
 and one that may have reached the server (`GenerateLost`): the engine aborts the latter's rid
