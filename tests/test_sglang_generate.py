@@ -271,3 +271,29 @@ async def test_a_new_connection_closed_before_the_request_was_written_is_not_sen
             assert server.bodies == []
     finally:
         await gen.aclose()
+
+
+async def test_a_write_that_fails_fails_its_request_alone_and_the_flush_goes_on():
+    gen = client()
+    try:
+        async with CountingServer() as server:
+            url = server.url + "/generate"
+            await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(2)))  # 2 idle now
+            broken = gen._pools[server.url].idle[-1]  # the newest: the first post takes it
+
+            def refuse(data):
+                raise RuntimeError("the transport refused it")
+
+            assert broken.transport is not None
+            broken.transport.write = refuse  # type: ignore[method-assign]
+            answers = await asyncio.wait_for(
+                asyncio.gather(
+                    *(gen.post(url, b"{}", {}) for _ in range(2)), return_exceptions=True
+                ),
+                5.0,
+            )
+    finally:
+        await gen.aclose()
+    assert gen.flushes >= 2
+    assert isinstance(answers[0], GenerateLost) and "refused it" in str(answers[0])
+    assert answers[1] == (200, ANSWER)  # written by the same flush, after the failed one

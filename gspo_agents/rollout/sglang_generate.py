@@ -122,11 +122,17 @@ class _Connection(asyncio.Protocol):
                 waiter.set_exception(_NotWritten())
             return
         head, body = out
-        if len(body) < 65536:
-            self.transport.write(head + body)
-        else:  # no copy of a long history's body
-            self.transport.write(head)
-            self.transport.write(body)
+        try:
+            if len(body) < 65536:
+                self.transport.write(head + body)
+            else:  # no copy of a long history's body
+                self.transport.write(head)
+                self.transport.write(body)
+        except Exception as exc:  # noqa: BLE001 - fail this request alone, not the flush's others
+            waiter, self._waiter = self._waiter, None
+            self.close()
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(GenerateLost(f"writing the request failed: {exc!r}"))
 
     def close(self) -> None:
         self.closed = True
