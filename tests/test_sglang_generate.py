@@ -219,12 +219,17 @@ async def test_a_waiter_cancelled_and_dropped_by_a_release_before_it_ran_leaves_
     assert pool.active == 0 and not pool.waiters
 
 
+async def open_idle(gen: GenerateClient, url: str, n: int) -> None:
+    """Leave `n` idle keep-alive connections to `url` in the client's pool."""
+    await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(n)))
+
+
 async def test_requests_made_in_one_loop_turn_are_written_together():
     gen = client()
     try:
         async with CountingServer() as server:
             url = server.url + "/generate"
-            await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(20)))  # 20 idle now
+            await open_idle(gen, url, 20)
             gen.flushes = 0
             answers = await asyncio.gather(*(gen.post(url, b'{"n":2}', {}) for _ in range(20)))
     finally:
@@ -278,7 +283,7 @@ async def test_a_write_that_fails_fails_its_request_alone_and_the_flush_goes_on(
     try:
         async with CountingServer() as server:
             url = server.url + "/generate"
-            await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(2)))  # 2 idle now
+            await open_idle(gen, url, 2)
             broken = gen._pools[server.url].idle[-1]  # the newest: the first post takes it
 
             def refuse(data):

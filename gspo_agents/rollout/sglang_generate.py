@@ -22,8 +22,9 @@ callback for all of them): the engine gets them as one burst instead of one wake
 Measured at N = 1,024 against the instant stand-in on loopback, where each send to an idle server
 paid for waking it: the socket's share of a turn fell from ~0.09 to 0.05-0.07 ms of CPU, its
 kernel time from 0.034 to 0.015 ms (benchmarks/rollout_scale.py --breakdown; the README has the
-table). A request waits at most one loop turn for it. A reused connection found closed when its turn comes was never written to: the
-request goes over another connection, and the worker is not blamed.
+table). A request waits at most one loop turn for it. A reused connection found closed when its
+turn comes was never written to: the request goes over another connection, and the worker is
+not blamed.
 A sharp line between a request that never left (`GenerateNotSent`: no connection could be made)
 and one that may have reached the server (`GenerateLost`): the engine aborts the latter's rid
 before retrying. Cancellation propagates; the connection it interrupted is closed.
@@ -117,9 +118,7 @@ class _Connection(asyncio.Protocol):
             return
         assert self.transport is not None
         if self.closed or self.transport.is_closing():
-            waiter, self._waiter = self._waiter, None
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(_NotWritten())
+            self._fail(_NotWritten())
             return
         head, body = out
         try:
@@ -129,10 +128,13 @@ class _Connection(asyncio.Protocol):
                 self.transport.write(head)
                 self.transport.write(body)
         except Exception as exc:  # noqa: BLE001 - fail this request alone, not the flush's others
-            waiter, self._waiter = self._waiter, None
+            self._fail(GenerateLost(f"writing the request failed: {exc!r}"))
             self.close()
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(GenerateLost(f"writing the request failed: {exc!r}"))
+
+    def _fail(self, exc: Exception) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
 
     def close(self) -> None:
         self.closed = True
