@@ -35,7 +35,7 @@ class HttpxClient:
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
         httpx = self._httpx
         try:
-            resp = await self._client.post(url, content=body, headers=dict(headers))
+            resp = await self._client.post(url, content=bytes(body), headers=dict(headers))
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise GenerateNotSent(str(exc)) from exc
         except httpx.TransportError as exc:
@@ -76,7 +76,7 @@ class AiohttpClient:
         aiohttp = self._aiohttp
         session = self._session or self._open()
         try:
-            async with session.post(url, data=body, headers=headers) as resp:
+            async with session.post(url, data=bytes(body), headers=headers) as resp:
                 return resp.status, await resp.read()
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise GenerateNotSent(str(exc)) from exc

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,11 +93,43 @@ def _opened(engine) -> int:
     return getattr(getattr(engine, "_gen", None), "opened", 0)
 
 
-async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history: int = 0):
-    """CPU seconds and wall seconds of one batch of `episodes` concurrent episodes, after a
-    first batch of the same size (connections open, templates compiled, as in a run), the
-    connections the measured batch had to make (0 when the warm batch did its work), and the
-    kernel's share of the CPU seconds (system time: the sockets)."""
+@dataclass(frozen=True)
+class Batch:
+    """One measured batch: CPU seconds of this process, wall seconds, model turns, the
+    connections it had to open (0 when the warm batch did that), and the shares of the CPU
+    seconds spent in the kernel (system time: the sockets) and in the cyclic GC."""
+
+    cpu: float
+    wall: float
+    turns: int
+    opened: int
+    kernel: float
+    gc: float
+
+
+class GcClock:
+    """CPU seconds the cyclic GC spends while it is entered (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, 0.0
+
+    def _tick(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._start
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._tick)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._tick)
+
+
+async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history: int = 0) -> Batch:
+    """One batch of `episodes` concurrent episodes, measured after a first batch of the same
+    size (connections open, templates compiled, as in a run)."""
     from gspo_agents.rollout.manager import RolloutManager
 
     manager = RolloutManager(
@@ -107,13 +141,15 @@ async def run_batch(engine, tok, episodes: int, turns: int, tokens: int, history
     await manager.collect(tasks)  # warm
     opened = _opened(engine)
     cpu, wall, kernel = time.process_time(), time.perf_counter(), os.times().system
-    result = await manager.collect(tasks)
+    with GcClock() as collector:
+        result = await manager.collect(tasks)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     kernel = os.times().system - kernel
     opened = _opened(engine) - opened
     await manager.aclose()
     assert result.metrics["rollout/complete"] == len(tasks) * G, result.metrics
-    return cpu, wall, int(result.metrics["rollout/turns"]), opened, kernel
+    turns_done = int(result.metrics["rollout/turns"])
+    return Batch(cpu, wall, turns_done, opened, kernel, collector.seconds)
 
 
 async def _http_batch(url: str, tok, *args, client: str = "ours", **kw):
@@ -139,15 +175,14 @@ def n_scan(url, tok, answer, sizes, turns, clients, reps, progress) -> list[dict
         walls, opened = {c: [] for c in clients}, {c: [] for c in clients}
         for _ in range(reps):
             run = run_batch(InstantEngine(answer), tok, n, turns, len(answer))
-            cpu, _, done, _, _ = asyncio.run(run)
-            own.append(1e3 * cpu / done)
+            b = asyncio.run(run)
+            own.append(1e3 * b.cpu / b.turns)
             for client in clients:
-                cpu, wall, done, made, _ = asyncio.run(
-                    _http_batch(url, tok, n, turns, len(answer), client=client)
-                )
-                http[client].append(1e3 * cpu / done)
-                walls[client].append(done / wall)
-                opened[client].append(made)
+                b = asyncio.run(_http_batch(url, tok, n, turns, len(answer), client=client))
+                http[client].append(1e3 * b.cpu / b.turns)
+                walls[client].append(b.turns / b.wall)
+                opened[client].append(b.opened)
+            done = b.turns
         own_ms = statistics.median(own)
         for client in clients:
             http_ms = statistics.median(http[client])
@@ -242,9 +277,9 @@ def breakdown(url, tok, answer, n: int, turns: int, reps: int, progress) -> list
     kernel: dict[str, list[float]] = {k: [] for k in kinds}
     for _ in range(reps):
         for kind, make in kinds.items():
-            spent, _, done, _, sys_s = asyncio.run(make())
-            cpu[kind].append(1e3 * spent / done)
-            kernel[kind].append(1e3 * sys_s / done)
+            b = asyncio.run(make())
+            cpu[kind].append(1e3 * b.cpu / b.turns)
+            kernel[kind].append(1e3 * b.kernel / b.turns)
     rows, previous = [], [0.0] * reps
     for kind in kinds:
         # what this kind adds to the one before, round by round (they ran back to back)
@@ -270,16 +305,14 @@ def history_scan(url, tok, answer, histories, episodes, short, long, reps, progr
     """Per history length: `reps` pairs of (short, long) episodes; the median marginal turn."""
     rows = []
     for h in histories:
-        marginals, kernels = [], []
+        marginals, kernels, collected = [], [], []
         for _ in range(reps):
-            cpu_s, _, turns_s, _, sys_s = asyncio.run(
-                _http_batch(url, tok, episodes, short, len(answer), history=h)
-            )
-            cpu_l, _, turns_l, _, sys_l = asyncio.run(
-                _http_batch(url, tok, episodes, long, len(answer), history=h)
-            )
-            marginals.append(1e3 * (cpu_l - cpu_s) / (turns_l - turns_s))
-            kernels.append(1e3 * (sys_l - sys_s) / (turns_l - turns_s))
+            short_b = asyncio.run(_http_batch(url, tok, episodes, short, len(answer), history=h))
+            long_b = asyncio.run(_http_batch(url, tok, episodes, long, len(answer), history=h))
+            extra = long_b.turns - short_b.turns
+            marginals.append(1e3 * (long_b.cpu - short_b.cpu) / extra)
+            kernels.append(1e3 * (long_b.kernel - short_b.kernel) / extra)
+            collected.append(1e3 * (long_b.gc - short_b.gc) / extra)
         marginal = statistics.median(marginals)
         kernel = statistics.median(kernels)
         rows.append(
@@ -292,6 +325,9 @@ def history_scan(url, tok, answer, histories, episodes, short, long, reps, progr
                 # which runs the receiving side's TCP in the sender's context), and the rest
                 "kernel_ms": round(kernel, 3),
                 "user_ms": round(marginal - kernel, 3),
+                # of the CPU: the cyclic GC (mostly its first passes over each episode's new
+                # history lists, which the long batch's extra collections make; gc.callbacks)
+                "gc_ms": round(statistics.median(collected), 3),
                 "load_1m": round(os.getloadavg()[0], 2),
             }
         )

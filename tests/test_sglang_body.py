@@ -118,3 +118,31 @@ def test_the_engines_cached_rest_gives_the_same_bytes_with_or_without_orjson(mon
         EncodedPrefixes().body_with_tail("k", [1, "2"], rest_tail(other, "x", None, None))
     with pytest.raises(TypeError, match="token id must be an integer, got bool"):
         EncodedPrefixes().body_with_tail("k", [1, True], rest_tail(other, "x", None, None))
+
+
+def test_the_engines_view_is_the_body_and_never_changes_while_it_lives():
+    """SGLangEngine sends a view of the cached body, no copy. A view still alive when the
+    next request of its key is built (a request in flight, a transport that buffered it)
+    keeps its bytes: that request gets a new buffer. Once views are dropped the buffer is
+    grown in place, so a turn copies nothing of the history."""
+    from gspo_agents.rollout.sglang_body import rest_tail
+
+    cache, history = EncodedPrefixes(), TokenHistory(range(1000, 1100))
+    tail = rest_tail(_sampling(), "a", None, None)
+    first = cache.view_with_tail("ep", history, tail)
+    assert first.readonly and bytes(first) == cache.body_with_tail("ep", history, tail)
+    assert bytes(first) == _full(list(history)).replace(b'"rid":"r"', b'"rid":"a"')
+    held, held_bytes = first, bytes(first)
+    history.extend([7, 8])
+    second = cache.view_with_tail("ep", history, rest_tail(_sampling(), "b", None, None))
+    assert bytes(held) == held_bytes  # the live view was not touched
+    assert json.loads(bytes(second))["input_ids"] == list(history)
+    assert json.loads(bytes(second))["rid"] == "b"
+    assert cache.encoded_ids == 102  # the new buffer copied the prefix, encoded only 2 ids
+    held.release()
+    buffer = second.obj
+    second.release()
+    history.extend([9])
+    third = cache.view_with_tail("ep", history, tail)
+    assert third.obj is buffer  # no view alive: grown in place, the history not copied
+    assert json.loads(bytes(third))["input_ids"] == list(history)

@@ -353,7 +353,7 @@ class SGLangEngine(GroupUpdates, DiskUpdates):
         """One POST /generate to `url`; transport errors and 5xx become EngineError."""
         wire = f"{self._rid_prefix}{next(self._rid_count):016x}"
         self._inflight[request_id] = _InFlight(wire, url)
-        payload = self._prefixes.body_with_tail(
+        payload = self._prefixes.view_with_tail(  # no copy of the history's bytes
             key, input_ids, rest_tail(sampling, wire, routes_start, self._lora_name)
         )
         headers = {ROUTING_KEY_HEADER: key, "content-type": "application/json"}

@@ -43,6 +43,9 @@ from urllib.parse import urlsplit
 
 _TIMEOUT_CM = hasattr(asyncio, "timeout")  # Python 3.11+
 
+# A request body: bytes, or a read-only view (the engine's cached body, sent with no copy)
+Body = bytes | memoryview
+
 
 class GenerateNotSent(Exception):
     """The connection could not be made: the request never reached the server."""
@@ -67,7 +70,7 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._buf = bytearray()  # an answer that came in more than one read, so far
         self._waiter: asyncio.Future[tuple[int, bytes, bool]] | None = None
-        self._out: tuple[bytes, bytes] | None = None  # a request armed, not written yet
+        self._out: tuple[bytes, Body] | None = None  # a request armed, not written yet
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -104,7 +107,7 @@ class _Connection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_result(answer)
 
-    def arm(self, head: bytes, body: bytes, waiter: asyncio.Future) -> None:
+    def arm(self, head: bytes, body: Body, waiter: asyncio.Future) -> None:
         """Take one request, written by `write`; `waiter` gets (status, body, reusable), or
         GenerateLost once written, or _NotWritten where the connection closed before."""
         assert self.transport is not None and self._waiter is None
@@ -124,7 +127,7 @@ class _Connection(asyncio.Protocol):
         try:
             if len(body) < 65536:
                 self.transport.write(head + body)
-            else:  # no copy of a long history's body
+            else:  # no copy of a long history's body (a view of the engine's buffer)
                 self.transport.write(head)
                 self.transport.write(body)
         except Exception as exc:  # noqa: BLE001 - fail this request alone, not the flush's others
@@ -269,15 +272,17 @@ class GenerateClient:
         # Called with (url, body) before each request is sent (tests record the wire with it).
         self.on_request: list[Callable[[str, bytes], None]] = []
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        """(status, body bytes) of one POST; GenerateNotSent / GenerateLost on transport errors."""
+    async def post(self, url: str, body: Body, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        """(status, body bytes) of one POST; GenerateNotSent / GenerateLost on transport errors.
+        `body` may be a view (the engine's cached body): its bytes must not change until the
+        call returns (sglang_body.py never changes a buffer while a view of it lives)."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new loop: the old one's sockets died with it
             self._pools, self._split, self._loop, self._outbox = {}, {}, loop, []
         pool, path = self._split.get(url) or self._split_url(url)
         head = _head(path, pool.host_header, len(body), headers)
         for hook in self.on_request:
-            hook(url, body)
+            hook(url, bytes(body))
         if pool.active < pool.most:
             pool.active += 1
         else:
