@@ -9,9 +9,10 @@ bottleneck), with the project's own RolloutManager + SGLangEngine and a trivial 
   manager's own cost, no HTTP). Target: HTTP <= 2x the manager's own at N = 1,024.
 - History scan: whole-turn client CPU at 1k / 16k / 64k tokens of history over HTTP, as the
   marginal turn: (CPU of episodes of `--turns-long` turns - of `--turns-short` turns) per extra
-  turn, so the one-off prompt tokenisation and encoding cancel. Target: 64k <= 1.5x 1k. The
-  kernel's share (system time) is split out: what grows with history is the body's bytes through
-  loopback TCP, whose receiving side runs in the sender's context on one host.
+  turn, so the one-off prompt tokenisation and encoding cancel. Target: 64k <= 1.5x 1k, as the
+  median of the rounds' own ratios (each round runs every length back to back). The kernel's
+  share (system time) and the cyclic GC's are split out: what grows with history is the body's
+  bytes through loopback TCP, whose receiving side runs in the sender's context on one host.
 Every row is the median of `--reps` rounds (its range beside it): one round of a few hundred ms
 of CPU moves by +-30% on a shared machine.
 - Processes scan: 1, 2, 4 driving processes, each with its own stand-in process (rollout_procs).
@@ -302,41 +303,55 @@ def breakdown(url, tok, answer, n: int, turns: int, reps: int, progress) -> list
 
 
 def history_scan(url, tok, answer, histories, episodes, short, long, reps, progress) -> list[dict]:
-    """Per history length: `reps` pairs of (short, long) episodes; the median marginal turn."""
-    rows = []
-    for h in histories:
-        marginals, kernels, collected = [], [], []
-        for _ in range(reps):
+    """Per round, every history length back to back, each as a pair of batches (episodes of
+    `short` turns, then of `long`): the marginal turn. The ratio to the first length is the
+    median of the rounds' own ratios: the machine's speed drifts by +-30% between rounds, much
+    more than what the history adds, and a round's lengths run within seconds of each other."""
+    per: dict[int, dict[str, list[float]]] = {
+        h: {"cpu": [], "kernel": [], "gc": []} for h in histories
+    }
+    for _ in range(reps):
+        for h in histories:
             short_b = asyncio.run(_http_batch(url, tok, episodes, short, len(answer), history=h))
             long_b = asyncio.run(_http_batch(url, tok, episodes, long, len(answer), history=h))
             extra = long_b.turns - short_b.turns
-            marginals.append(1e3 * (long_b.cpu - short_b.cpu) / extra)
-            kernels.append(1e3 * (long_b.kernel - short_b.kernel) / extra)
-            collected.append(1e3 * (long_b.gc - short_b.gc) / extra)
-        marginal = statistics.median(marginals)
-        kernel = statistics.median(kernels)
+            per[h]["cpu"].append(1e3 * (long_b.cpu - short_b.cpu) / extra)
+            per[h]["kernel"].append(1e3 * (long_b.kernel - short_b.kernel) / extra)
+            per[h]["gc"].append(1e3 * (long_b.gc - short_b.gc) / extra)
+            progress.tick(progress.done + 1)
+    first = per[histories[0]]
+    rows = []
+    for h in histories:
+        cpu, kernel = per[h]["cpu"], per[h]["kernel"]
+        user = [c - k for c, k in zip(cpu, kernel)]
+        ratios = [c / b for c, b in zip(cpu, first["cpu"])]
+        first_user = [c - k for c, k in zip(first["cpu"], first["kernel"])]
+        user_ratios = [u / b for u, b in zip(user, first_user) if b > 0]
         rows.append(
             {
                 "history_tokens": h,
                 "episodes": episodes,
-                "marginal_cpu_ms_per_turn": round(marginal, 3),
-                "range": f"{min(marginals):.3f}-{max(marginals):.3f}",
+                "marginal_cpu_ms_per_turn": round(statistics.median(cpu), 3),
+                "range": f"{min(cpu):.3f}-{max(cpu):.3f}",
                 # of which system time (the body's bytes through the kernel's TCP on loopback,
                 # which runs the receiving side's TCP in the sender's context), and the rest
-                "kernel_ms": round(kernel, 3),
-                "user_ms": round(marginal - kernel, 3),
+                "kernel_ms": round(statistics.median(kernel), 3),
+                "user_ms": round(statistics.median(user), 3),
                 # of the CPU: the cyclic GC (mostly its first passes over each episode's new
                 # history lists, which the long batch's extra collections make; gc.callbacks)
-                "gc_ms": round(statistics.median(collected), 3),
+                "gc_ms": round(statistics.median(per[h]["gc"]), 3),
                 "load_1m": round(os.getloadavg()[0], 2),
+                # medians of the rounds' own ratios to the first length
+                "x_first": round(statistics.median(ratios), 2),
+                "x_range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+                "user_x_first": round(statistics.median(user_ratios), 2) if user_ratios else None,
             }
         )
-        progress.tick(progress.done + 1)
-        print(f"history {h}: {marginal:.3f} ms/turn (median of {reps})", file=sys.stderr)
-    base, base_user = rows[0]["marginal_cpu_ms_per_turn"], rows[0]["user_ms"]
-    for row in rows:
-        row["x_first"] = round(row["marginal_cpu_ms_per_turn"] / base, 2)
-        row["user_x_first"] = round(row["user_ms"] / base_user, 2) if base_user > 0 else None
+        print(
+            f"history {h}: {statistics.median(cpu):.3f} ms/turn, x {rows[-1]['x_first']} "
+            f"(medians of {reps} rounds)",
+            file=sys.stderr,
+        )
     return rows
 
 
@@ -404,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = BenchProgress(
         "rows, all scans",
         len(args.sizes) * len(args.clients)
-        + len(args.histories)
+        + len(args.histories) * args.reps
         + len(args.procs) * args.reps
         + int(args.breakdown),
     )
