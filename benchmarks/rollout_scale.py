@@ -320,12 +320,12 @@ def history_scan(url, tok, answer, histories, episodes, short, long, reps, progr
             per[h]["gc"].append(1e3 * (long_b.gc - short_b.gc) / extra)
             progress.tick(progress.done + 1)
     first = per[histories[0]]
+    first_user = [c - k for c, k in zip(first["cpu"], first["kernel"])]
     rows = []
     for h in histories:
         cpu, kernel = per[h]["cpu"], per[h]["kernel"]
         user = [c - k for c, k in zip(cpu, kernel)]
         ratios = [c / b for c, b in zip(cpu, first["cpu"])]
-        first_user = [c - k for c, k in zip(first["cpu"], first["kernel"])]
         user_ratios = [u / b for u, b in zip(user, first_user) if b > 0]
         rows.append(
             {

@@ -4,6 +4,7 @@ between a request that never left and one that may have arrived. Fast: raw async
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -219,21 +220,23 @@ async def test_a_waiter_cancelled_and_dropped_by_a_release_before_it_ran_leaves_
     assert pool.active == 0 and not pool.waiters
 
 
-async def open_idle(gen: GenerateClient, url: str, n: int) -> None:
-    """Leave `n` idle keep-alive connections to `url` in the client's pool."""
-    await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(n)))
-
-
-async def test_requests_made_in_one_loop_turn_are_written_together():
+@contextlib.asynccontextmanager
+async def warm_client(n: int):
+    """(client, server, url) with `n` idle keep-alive connections to the server in the pool."""
     gen = client()
     try:
         async with CountingServer() as server:
             url = server.url + "/generate"
-            await open_idle(gen, url, 20)
-            gen.flushes = 0
-            answers = await asyncio.gather(*(gen.post(url, b'{"n":2}', {}) for _ in range(20)))
+            await asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(n)))
+            yield gen, server, url
     finally:
         await gen.aclose()
+
+
+async def test_requests_made_in_one_loop_turn_are_written_together():
+    async with warm_client(20) as (gen, server, url):
+        gen.flushes = 0
+        answers = await asyncio.gather(*(gen.post(url, b'{"n":2}', {}) for _ in range(20)))
     assert answers == [(200, ANSWER)] * 20
     assert gen.flushes == 1  # one callback wrote all 20: the engine gets them as one burst
     assert server.connections == 20 and server.bodies.count(b'{"n":2}') == 20
@@ -279,26 +282,18 @@ async def test_a_new_connection_closed_before_the_request_was_written_is_not_sen
 
 
 async def test_a_write_that_fails_fails_its_request_alone_and_the_flush_goes_on():
-    gen = client()
-    try:
-        async with CountingServer() as server:
-            url = server.url + "/generate"
-            await open_idle(gen, url, 2)
-            broken = gen._pools[server.url].idle[-1]  # the newest: the first post takes it
+    async with warm_client(2) as (gen, server, url):
+        broken = gen._pools[server.url].idle[-1]  # the newest: the first post takes it
 
-            def refuse(data):
-                raise RuntimeError("the transport refused it")
+        def refuse(data):
+            raise RuntimeError("the transport refused it")
 
-            assert broken.transport is not None
-            broken.transport.write = refuse  # type: ignore[method-assign]
-            answers = await asyncio.wait_for(
-                asyncio.gather(
-                    *(gen.post(url, b"{}", {}) for _ in range(2)), return_exceptions=True
-                ),
-                5.0,
-            )
-    finally:
-        await gen.aclose()
+        assert broken.transport is not None
+        broken.transport.write = refuse  # type: ignore[method-assign]
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(gen.post(url, b"{}", {}) for _ in range(2)), return_exceptions=True),
+            5.0,
+        )
     assert gen.flushes >= 2
     assert isinstance(answers[0], GenerateLost) and "refused it" in str(answers[0])
     assert answers[1] == (200, ANSWER)  # written by the same flush, after the failed one

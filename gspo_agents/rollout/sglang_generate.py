@@ -281,8 +281,10 @@ class GenerateClient:
             self._pools, self._split, self._loop, self._outbox = {}, {}, loop, []
         pool, path = self._split.get(url) or self._split_url(url)
         head = _head(path, pool.host_header, len(body), headers)
-        for hook in self.on_request:
-            hook(url, bytes(body))
+        if self.on_request:
+            wire = bytes(body)
+            for hook in self.on_request:
+                hook(url, wire)
         if pool.active < pool.most:
             pool.active += 1
         else:
