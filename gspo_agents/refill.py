@@ -1,9 +1,15 @@
-"""Dynamic sampling (DAPO) for the training loop: refill a step's groups without reward spread
-with groups of tasks the step has not used yet. Wired by `train.collect_step`."""
+"""A training step's rollouts (`collect_step`: prefetched in async mode, else collected now) and
+dynamic sampling (DAPO): refill a step's groups without reward spread with groups of tasks the
+step has not used yet."""
 
 from __future__ import annotations
 
-from gspo_agents.batching import has_signal, refill_task_indices, task_indices_for_step
+from gspo_agents.batching import (
+    has_signal,
+    refill_task_indices,
+    task_indices_for_step,
+    tasks_for_step,
+)
 
 
 async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: dict) -> list:
@@ -39,3 +45,19 @@ async def refill_groups(cfg, manager, tasks, step: int, groups: list, metrics: d
         kept += [g for g in more.groups if signal(g)]
     metrics["refill_rounds"] = float(rounds)
     return kept[: t.tasks_per_step] if kept else groups
+
+
+async def collect_step(manager, tasks, step: int, t, cfg=None):
+    """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now;
+    with `algorithm.dynamic_sampling_rounds` (sync mode only) zero-spread groups are refilled."""
+    if not t.async_rollouts:
+        result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
+        if cfg is not None and cfg.algorithm.dynamic_sampling_rounds:
+            result.groups = await refill_groups(
+                cfg, manager, tasks, step, result.groups, result.metrics
+            )
+        return result
+    result = await manager.next_batch()
+    if step + 1 < t.steps:
+        manager.start_prefetch(tasks_for_step(tasks, step + 1, t.tasks_per_step, t.seed))
+    return result

@@ -65,6 +65,7 @@ async def training_loop(
     """
     from gspo_agents import samples
     from gspo_agents.batching import tasks_for_step
+    from gspo_agents.refill import collect_step
     from gspo_agents.step_errors import ErrorReport, RunErrors, RunStalled, untrained_reason
 
     t = cfg.trainer
@@ -111,25 +112,6 @@ async def training_loop(
     if step < t.steps:
         say_stopped(step, t.steps, run_dir / "checkpoint")
     return step
-
-
-async def collect_step(manager, tasks, step: int, t, cfg=None):
-    """The rollouts of `step`: prefetched (async mode, then the next prefetch starts) or now;
-    with `algorithm.dynamic_sampling_rounds` (sync mode only) zero-spread groups are refilled."""
-    from gspo_agents.batching import tasks_for_step
-    from gspo_agents.refill import refill_groups
-
-    if not t.async_rollouts:
-        result = await manager.collect(tasks_for_step(tasks, step, t.tasks_per_step, t.seed))
-        if cfg is not None and cfg.algorithm.dynamic_sampling_rounds:
-            result.groups = await refill_groups(
-                cfg, manager, tasks, step, result.groups, result.metrics
-            )
-        return result
-    result = await manager.next_batch()
-    if step + 1 < t.steps:
-        manager.start_prefetch(tasks_for_step(tasks, step + 1, t.tasks_per_step, t.seed))
-    return result
 
 
 async def train_step(cfg, learner, manager, result, run_dir: Path, step: int) -> dict:
